@@ -1,0 +1,1 @@
+"""The node daemon: REST API, scheduler, ZeroMQ broker, SQLite store, launcher, monitor."""

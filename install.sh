@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs adloader and what it needs on a bare machine.
+# Torch first, pinned to the local CPU build, so that the range in pyproject.toml
+# never pulls a CUDA build with several GB of packages.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+    "$PY" -m pip install -q "torch==2.13.0"
+fi
+"$PY" -m pip install -q -e ".[dev]"

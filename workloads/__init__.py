@@ -1,0 +1,1 @@
+"""Workloads: traces, the generator, device profiles, the node simulator and benchmarks."""
