@@ -143,10 +143,11 @@ def run(args: argparse.Namespace) -> int:
             bar.console.print(f"  {message}")
             bar.advance(task)
 
-        loading = profiling.measure_loading(
+        measured = profiling.measure_loading(
             dataset, workers, cfg["batch_size"], cfg["batches"], rounds=cfg["rounds"],
-            progress=step,
+            progress=step, every_round=True,
         )  # fmt: skip
+        loading = profiling.median_loading(measured)
         bar.update(task, description="training 1/μ")
         training = profiling.measure_training(
             cfg["models"], cfg["train_batches"], cfg["steps"], device,
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         extra={"loading_batch_size": cfg["batch_size"], "training_device": device},
         training_device=device,
     )  # fmt: skip
-    write_samples(out / "samples.csv", [*training, *loading])
+    write_samples(out / "samples.csv", [*training, *measured])  # every round, for the TPM
     save_profile(profile, out / "profile.json")
 
     console.print(_loading_table(loading))

@@ -65,6 +65,7 @@ def measure_loading(
     multiprocessing_context: str = "fork",
     warmup: int | None = None,
     rounds: int = 1,
+    every_round: bool = False,
     progress: Progress | None = None,
 ) -> list[LoadingSample]:
     """λ(d) in samples/s for each d: the job owns all the node's workers (d = D).
@@ -98,7 +99,17 @@ def measure_loading(
             rates[d].append(rate)
             if progress:
                 progress(f"loading d={d} (round {r + 1}/{rounds}): {rate:.1f} samples/s")
+    if every_round:  # every measurement, for fitting F_λ
+        return [LoadingSample(d, d, rate) for d in workers_list for rate in rates[d]]
     return [LoadingSample(d, d, statistics.median(rates[d])) for d in workers_list]
+
+
+def median_loading(samples: list[LoadingSample]) -> list[LoadingSample]:
+    """One sample per (d, D): the median of the repeated measurements."""
+    groups: dict[tuple[int, int], list[float]] = {}
+    for s in samples:
+        groups.setdefault((s.job_workers, s.node_workers), []).append(s.loading_rate)
+    return [LoadingSample(d, n, statistics.median(v)) for (d, n), v in sorted(groups.items())]
 
 
 def _loading_rate(
