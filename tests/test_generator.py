@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import numpy as np
@@ -10,32 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import adloader.cli as cli
 from adloader.errors import InputError
 from adloader.models import PAPER_MODELS
 from adloader.workloads.generator import PAPER_MIX, generate
 from adloader.workloads.trace import load_trace, parse_trace, save_trace
-
-
-def _importable(name: str) -> bool:
-    try:
-        importlib.import_module(name)
-    except Exception:
-        return False
-    return True
-
-
-@pytest.fixture
-def run(monkeypatch, capsys):
-    """Run ``adloader ARGS`` with the command modules that import; (code, stdout, stderr)."""
-    monkeypatch.setattr(cli, "COMMANDS", tuple(m for m in cli.COMMANDS if _importable(m)))
-
-    def _run(*argv: str) -> tuple[int, str, str]:
-        code = cli.main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return _run
 
 
 def test_deterministic_for_a_seed():

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
 from pydantic import ValidationError
 
-import adloader.cli as cli
 from adloader.errors import InputError
 from adloader.workloads.trace import (
     Trace,
@@ -18,27 +16,6 @@ from adloader.workloads.trace import (
     parse_trace,
     save_trace,
 )
-
-
-def _importable(name: str) -> bool:
-    try:
-        importlib.import_module(name)
-    except Exception:
-        return False
-    return True
-
-
-@pytest.fixture
-def run(monkeypatch, capsys):
-    """Run ``adloader ARGS`` with the command modules that import; (code, stdout, stderr)."""
-    monkeypatch.setattr(cli, "COMMANDS", tuple(m for m in cli.COMMANDS if _importable(m)))
-
-    def _run(*argv: str) -> tuple[int, str, str]:
-        code = cli.main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return _run
 
 
 def _job(**over) -> dict:
