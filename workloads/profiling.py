@@ -13,7 +13,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -277,7 +277,7 @@ def profile_from_samples(
     cores = cores or logical_cores()
     if gpus is None:
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 1
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     on = training_device or default_device()
     on = "the GPU" if on.startswith("cuda") else "the CPU standing in for a GPU"
     return DeviceProfile(

@@ -1,0 +1,91 @@
+"""Daemon settings: embedded defaults, then a TOML file, then ``ADLOADER_*`` variables."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from adloader.errors import InputError
+
+
+def _default_state_dir() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                            "state")
+    return os.path.join(base, "adloader")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    host: str = "127.0.0.1"  # REST; loopback unless a token protects it
+    port: int = 7070
+    state_dir: str = ""  # SQLite file, token file, job logs ("" = ~/.local/state/adloader)
+    endpoint: str = ""  # ZeroMQ ROUTER ("" = ipc://STATE_DIR/control.sock)
+    policy: str = "optimal"  # allocation policy (adloader.allocation.POLICIES)
+    capacity: int = 0  # loading workers of the node (0 = logical cores)
+    gpus: int = 0  # GPUs of the node (0 = CUDA devices, at least 1)
+    arrival_window_s: float = 30.0  # arrival buffer (paper: 30 s)
+    completion_window_s: float = 30.0  # completion buffer (paper: 30 s)
+    heartbeat_s: float = 1.0  # what masters are told
+    lost_after_s: float = 0.0  # no heartbeat for this long: lost (0 = 2 × heartbeat_s + 1)
+    profile: str = ""  # device profile for emulated GPU steps ("" = none)
+    token_file: str = ""  # bearer token file ("" = STATE_DIR/token)
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir or _default_state_dir())
+
+    @property
+    def control_endpoint(self) -> str:
+        return self.endpoint or f"ipc://{self.state_path / 'control.sock'}"
+
+    @property
+    def token_path(self) -> Path:
+        return Path(self.token_file) if self.token_file else self.state_path / "token"
+
+    @property
+    def lost_timeout_s(self) -> float:
+        return self.lost_after_s or 2 * self.heartbeat_s + 1.0
+
+
+def _coerce(name: str, kind, raw, origin: str):
+    try:
+        if kind in (int, "int"):
+            return int(raw)
+        if kind in (float, "float"):
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise InputError(f"{origin}: setting {name!r} must be {kind}, got {raw!r}") from None
+
+
+def load_config(path: str | Path | None = None, environ=None) -> DaemonConfig:
+    """Defaults, overridden by the TOML file, overridden by ADLOADER_<SETTING> variables."""
+    environ = os.environ if environ is None else environ
+    cfg = DaemonConfig()
+    types = {f.name: f.type for f in fields(DaemonConfig)}
+    values: dict = {}
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"{path}: not valid TOML: {exc}") from None
+        data = data.get("daemon", data)
+        for key, raw in data.items():
+            if key not in types:
+                raise InputError(f"{path}: unknown setting {key!r}")
+            values[key] = _coerce(key, types[key], raw, str(path))
+    for key, kind in types.items():
+        raw = environ.get("ADLOADER_" + key.upper())
+        if raw is not None and raw != "":
+            values[key] = _coerce(key, kind, raw, "ADLOADER_" + key.upper())
+    cfg = replace(cfg, **values)
+    if cfg.port < 0 or cfg.port > 65535:
+        raise InputError(f"setting 'port' must be 0..65535, got {cfg.port}")
+    for key in ("arrival_window_s", "completion_window_s", "heartbeat_s"):
+        if getattr(cfg, key) < 0 or (key == "heartbeat_s" and cfg.heartbeat_s == 0):
+            raise InputError(f"setting {key!r} must be positive")
+    return cfg
