@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adloader.allocation import JobDemand, get_policy
+from adloader.allocation import get_policy
 from adloader.errors import InputError
+from adloader.gpushare import iteration_rates
 from adloader.models import features
+from adloader.planner import PlanJob, plan
 from adloader.throughput import ThroughputModel
 from adloader.workloads.profile import DeviceProfile
 from adloader.workloads.trace import Trace, TraceJob
@@ -113,34 +115,10 @@ class SimResult:
 
 
 def gpu_rates(jobs: list[SimJob], loading: Callable[[SimJob], float]) -> dict[str, float]:
-    """Iterations/s of each job: max-min fair shares u_j of GPU time, capped by loading.
-
-    u_j = r_j · s_j is the share of each of its GPUs that job j's steps take; every GPU's
-    shares sum to at most 1. Shares rise together until a job hits its loading cap
-    λ_j·s_j/B_j (or 1) or a GPU fills; those freeze and the rest go on.
-    """
-    cap = {j.name: min(1.0, loading(j) * j.step_s / j.spec.batch_size) for j in jobs}
-    share = dict.fromkeys(cap, 0.0)
-    active = {j.name for j in jobs if cap[j.name] > EPS}
-    on_gpu: dict[int, list[SimJob]] = {}
-    for j in jobs:
-        for g in j.gpu_ids:
-            on_gpu.setdefault(g, []).append(j)
-    while active:
-        level = min(cap[n] for n in active)
-        for jobs_g in on_gpu.values():
-            free = [j.name for j in jobs_g if j.name in active]
-            if free:
-                used = sum(share[j.name] for j in jobs_g if j.name not in active)
-                level = min(level, (1.0 - used) / len(free))
-        for n in active:
-            share[n] = level
-        frozen = {n for n in active if cap[n] <= level + EPS}
-        for jobs_g in on_gpu.values():
-            if sum(share[j.name] for j in jobs_g) >= 1.0 - EPS:
-                frozen |= {j.name for j in jobs_g if j.name in active}
-        active -= frozen
-    return {j.name: share[j.name] / j.step_s for j in jobs}
+    """Iterations/s of each running job: its fair GPU share, capped by its loading."""
+    return iteration_rates({j.name: j.gpu_ids for j in jobs}, {j.name: j.step_s for j in jobs},
+                           {j.name: j.spec.batch_size for j in jobs},
+                           {j.name: loading(j) for j in jobs})
 
 
 class Simulator:
@@ -177,108 +155,46 @@ class Simulator:
         self.flush_at: float | None = None
         self.gpu_busy = self.gpu_held = 0.0
 
-    # -- scheduler -------------------------------------------------------------------
+    # -- scheduler (the real decision code: adloader.planner) ------------------------
     def _running(self) -> list[SimJob]:
         return [j for j in self.jobs if j.state == "running"]
-
-    def _place(self, job: SimJob, load: list[int]) -> tuple[int, ...] | None:
-        limit = self.profile.max_jobs_per_gpu
-        if job.spec.gpu_ids:
-            ids = tuple(job.spec.gpu_ids)
-            return ids if all(load[g] < limit for g in ids) else None
-        free = sorted((g for g in range(self.gpus) if load[g] < limit), key=lambda g: (load[g], g))
-        return tuple(sorted(free[: job.spec.gpus])) if len(free) >= job.spec.gpus else None
-
-    def _demands(self, jobs: list[SimJob]) -> list[JobDemand]:
-        """The TPM's view of each job: its B·F_μ, reduced to the share of its GPUs it would get
-        next to the jobs it shares them with (the same water-filling, on predicted steps,
-        each job loading at most what the whole node could give it)."""
-        proxies = []
-        for job in jobs:
-            mu = self.model.training_throughput(job.spec.batch_size, job.spec.gpus, job.flops_g,
-                                                job.params_m)
-            proxies.append(SimJob(job.spec, job.flops_g, job.params_m, job.spec.batch_size / mu,
-                                  gpu_ids=job.gpu_ids))
-        most = float(self.table[self.capacity, self.capacity])
-        rates = gpu_rates(proxies, lambda _: most)
-        return [JobDemand(j.name, rates[j.name] * j.spec.batch_size, j.params_m, j.spec.workers)
-                for j in jobs]
-
-    @staticmethod
-    def _remaining(job: SimJob) -> float:
-        return (job.spec.iterations - job.done) * job.spec.batch_size
-
-    def _predicted(self, demand: JobDemand, workers: int, node: int) -> float:
-        return min(demand.training_rate, self.table[min(node, self.capacity), workers])
 
     def _plan(self) -> None:
         """Close the buffers: admit what fits, ask the policy, resize and launch."""
         running = self._running()
-        load = [0] * self.gpus
-        for j in running:
-            for g in j.gpu_ids:
-                load[g] += 1
         waiting = sorted((j for j in self.jobs if j.state in ("buffered", "queued")),
                          key=lambda j: (j.spec.arrival_s, self.jobs.index(j)))
-        fixed = sum(j.workers for j in running)
-        room = self.capacity - (len(running) if self.cfg.realloc else fixed)
-        new = []
-        for job in waiting:
-            ids = self._place(job, load) if len(new) < room else None
-            if ids is None:
-                job.state = "queued"
-                continue
-            job.gpu_ids = ids
-            for g in ids:
-                load[g] += 1
-            new.append(job)
-        if not new and not (self.cfg.realloc and running):
+        if not waiting and not (self.cfg.realloc and running):
             return
-        if self.cfg.realloc:  # shortest remaining time first: the policies break ties in order
-            active = running + new
-            demands = self._demands(active)
-            order = sorted(range(len(active)),
-                           key=lambda i: self._remaining(active[i]) / demands[i].training_rate)
-            active, demands = [active[i] for i in order], [demands[i] for i in order]
-            plan = self.policy(demands, self.capacity, self.table)
-            plan = self._keep_unneeded_changes(active, demands, plan)
-        else:
-            demands = sorted(self._demands(running + new)[len(running):],
-                             key=lambda d: d.training_rate, reverse=True)
-            plan = self.policy(demands, self.capacity - fixed, self.table) if new else {}
-            plan.update({j.name: j.workers for j in running})
-        resized = []
-        for job in running:
-            if plan[job.name] != job.workers:
-                resized.append(job.name)
-                job.workers = plan[job.name]
-                job.paused_until = self.t + self.realloc_cost
-                self.reallocations += 1
-        for job in new:
-            if plan.get(job.name, 0) < 1:
-                job.state, job.gpu_ids = "queued", ()
-                continue
-            job.state, job.workers, job.start_s = "running", plan[job.name], self.t
-            job.workers_initial = job.workers
-        self.events.append({"t_s": round(self.t, 3), "kind": "plan", "resized": resized,
-                            "launched": [j.name for j in new if j.state == "running"]})
+        by_name = {j.name: j for j in running + waiting}
+        views = [
+            PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m,
+                    (j.spec.iterations - j.done) * j.spec.batch_size, j.state == "running",
+                    j.workers, j.gpu_ids if j.state == "running" else tuple(j.spec.gpu_ids or ()),
+                    j.spec.workers)
+            for j in running + waiting
+        ]
+        decision = plan(views, capacity=self.capacity, gpus=self.gpus, model=self.model,
+                        table=self.table, policy=self.cfg.policy, realloc=self.cfg.realloc,
+                        max_jobs_per_gpu=self.profile.max_jobs_per_gpu,
+                        keep_threshold=self.cfg.keep_threshold)
+        for name in decision.queued:
+            by_name[name].state = "queued"
+        for name in decision.resized:
+            job = by_name[name]
+            job.workers = decision.workers[name]
+            job.paused_until = self.t + self.realloc_cost
+            self.reallocations += 1
+        for name in decision.launched:
+            job = by_name[name]
+            job.state, job.start_s = "running", self.t
+            job.workers = job.workers_initial = decision.workers[name]
+            job.gpu_ids = decision.gpu_ids[name]
+        if not decision.launched and not decision.resized and not running:
+            return
+        self.events.append({"t_s": round(self.t, 3), "kind": "plan",
+                            "resized": decision.resized, "launched": decision.launched})
         self._record()
-
-    def _keep_unneeded_changes(self, active, demands, plan) -> dict[str, int]:
-        """A running job keeps its workers when the new count would not change its predicted
-        throughput by more than the threshold and the plan still fits (no needless pause)."""
-        node = sum(plan.values())
-        out = dict(plan)
-        for job, demand in zip(active, demands, strict=True):
-            if job.state != "running" or plan[job.name] == job.workers:
-                continue
-            now = self._predicted(demand, job.workers, node)
-            then = self._predicted(demand, plan[job.name], node)
-            if abs(then - now) <= self.cfg.keep_threshold * max(now, EPS):
-                trial = dict(out, **{job.name: job.workers})
-                if sum(trial.values()) <= self.capacity:
-                    out = trial
-        return out
 
     def _record(self) -> None:
         workers = {j.name: j.workers for j in self._running()}

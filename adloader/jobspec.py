@@ -1,0 +1,154 @@
+"""A job as a user submits it: what to run, and what the TPM needs to predict it (eq. 6).
+
+``model`` names a zoo network (its FLOPs f and size M come from the features table);
+``features`` gives f and M directly for a model outside the zoo. ``batch_size`` is the
+per-GPU batch b, ``gpus`` is n, ``workers`` the count the user asked for (the daemon may
+give another). Every malformed spec becomes one InputError line naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path, PurePath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from adloader.errors import InputError
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SHOULD = re.compile(r"^(Input|String|List|Value|Dictionary|Tuple|Set|Object) should ")
+
+
+class SpecFeatures(BaseModel):
+    """A model's features given by hand: f GFLOPs forward per sample, M million parameters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flops_g: float = Field(gt=0)
+    params_m: float = Field(gt=0)
+
+
+class JobSpec(BaseModel):
+    """One training job: command, model (or its features), batch b, GPUs n and its length."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    command: list[str] = Field(min_length=1)
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    model: str | None = None
+    features: SpecFeatures | None = None
+    batch_size: int = Field(gt=0)
+    gpus: int = Field(default=1, gt=0)
+    iterations: int | None = Field(default=None, gt=0)
+    epochs: int | None = Field(default=None, gt=0)
+    workers: int | None = Field(default=None, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be 1..64 letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: Any) -> Any:
+        if isinstance(value, str):  # a TOML/JSON string is split like a shell would
+            try:
+                value = shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split command: {exc}") from None
+        if isinstance(value, list) and value and value[0] == "":
+            raise ValueError("program (first element) is empty")
+        return value
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None) -> str | None:
+        if value is not None and not PurePath(value).is_absolute():
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid variable name")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from adloader.models.zoo import parse  # imports torch: only when a model is named
+
+        try:
+            return parse(value).name
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _complete(self) -> JobSpec:
+        if self.model is None and self.features is None:
+            raise ValueError("field 'model': required unless 'features' is given")
+        if self.iterations is None and self.epochs is None:
+            raise ValueError("field 'iterations': required unless 'epochs' is given")
+        return self
+
+
+def describe_error(error: dict, skip: int = 0) -> str:
+    """One pydantic error as ``field 'a.b': must ...`` (``skip`` drops leading loc parts)."""
+    loc = [str(x) for x in error.get("loc", ())[skip:]]
+    kind = error.get("type", "")
+    if kind == "missing":
+        text = "is required"
+    elif kind == "extra_forbidden":
+        text = "is not a known field"
+    elif kind in ("value_error", "assertion_error") and "error" in error.get("ctx", {}):
+        text = str(error["ctx"]["error"])
+    else:
+        text = _SHOULD.sub("must ", str(error.get("msg", "is invalid")))
+    if text.startswith("Value error, "):
+        text = text[len("Value error, "):]
+    return f"field '{'.'.join(loc)}': {text}" if loc else text
+
+
+def parse_jobspec(data: Any, origin: str = "job") -> JobSpec:
+    """Validate ``data`` (a mapping) as a JobSpec; InputError ``ORIGIN: field 'x': ...``."""
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: a job must be a table/object, got {type(data).__name__}")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"{origin}: {describe_error(exc.errors()[0])}") from None
+
+
+def read_jobspec_toml(path: str | Path) -> dict:
+    """The raw table of a job TOML file (its ``[job]`` table if it has one)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    job = data.get("job", data)
+    if not isinstance(job, dict):
+        raise InputError(f"{path}: 'job' must be a table")
+    return job
+
+
+def load_jobspec_file(path: str | Path) -> JobSpec:
+    """A JobSpec from a TOML file; a relative ``cwd`` is taken relative to the file."""
+    data = dict(read_jobspec_toml(path))
+    cwd = data.get("cwd")
+    if isinstance(cwd, str) and not PurePath(cwd).is_absolute():
+        data["cwd"] = str((Path(path).resolve().parent / cwd).resolve())
+    return parse_jobspec(data, str(path))

@@ -1,0 +1,155 @@
+"""One scheduling decision (A-Dloader §III-C3): admit, place, allocate, decide who resizes.
+
+Shared by the daemon's scheduler and the node simulator, so the simulator runs the real
+decision code. Given the running jobs and the waiting ones (buffered arrivals, queue):
+
+1. admit waiting jobs in arrival order while the node has GPU room (at most
+   ``max_jobs_per_gpu`` a GPU) and a worker for each (C ≥ N);
+2. predict each job's ceiling B·F_μ with the TPM, reduced to the GPU share it would get
+   next to the jobs on its GPUs (``gpushare``, on predicted steps);
+3. order jobs by predicted remaining time, shortest first — policies break ties in order,
+   so equal throughput goes to the job that will finish (and free its workers) first;
+4. ask the policy; a running job keeps its workers when the new count would not move its
+   predicted throughput by more than ``keep_threshold`` (no needless pause, as WAA avoids
+   reallocating when app4 already has enough workers, §IV-C).
+
+Without reallocation running jobs keep their workers and new jobs share what is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from adloader.allocation import JobDemand, get_policy
+from adloader.gpushare import fair_shares
+from adloader.throughput import ThroughputModel
+
+
+@dataclass(frozen=True)
+class PlanJob:
+    """A job as the planner sees it; ``workers``/``gpu_ids`` are current for running jobs."""
+
+    name: str
+    batch_size: int
+    gpus: int
+    flops_g: float
+    params_m: float
+    remaining_samples: float
+    running: bool = False
+    workers: int = 0
+    gpu_ids: tuple[int, ...] = ()  # running: where it is; waiting: where it must go, if pinned
+    requested: int | None = None
+
+
+@dataclass
+class Plan:
+    workers: dict[str, int] = field(default_factory=dict)  # running and launched jobs
+    gpu_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    launched: list[str] = field(default_factory=list)
+    resized: list[str] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)
+    predicted: dict[str, float] = field(default_factory=dict)  # T_i samples/s
+
+
+def _place(job: PlanJob, load: list[int], limit: int) -> tuple[int, ...] | None:
+    if job.gpu_ids:
+        return job.gpu_ids if all(load[g] < limit for g in job.gpu_ids) else None
+    free = sorted((g for g in range(len(load)) if load[g] < limit), key=lambda g: (load[g], g))
+    return tuple(sorted(free[: job.gpus])) if len(free) >= job.gpus else None
+
+
+def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
+            model: ThroughputModel, table: np.ndarray) -> list[JobDemand]:
+    """B·F_μ of each job, cut to its predicted fair share of the GPUs it shares."""
+    capacity = table.shape[0] - 1
+    most = float(table[capacity, capacity])  # the most any job could load
+    mu = {j.name: model.training_throughput(j.batch_size, j.gpus, j.flops_g, j.params_m)
+          for j in jobs}
+    caps = {j.name: most / mu[j.name] for j in jobs}  # u cap = λ·s/B with s = B/μ
+    shares = fair_shares({j.name: placement[j.name] for j in jobs}, caps)
+    return [JobDemand(j.name, shares[j.name] * mu[j.name], j.params_m, j.requested)
+            for j in jobs]
+
+
+def plan(
+    jobs: Sequence[PlanJob],
+    *,
+    capacity: int,
+    gpus: int,
+    model: ThroughputModel,
+    table: np.ndarray,
+    policy: str,
+    realloc: bool = True,
+    max_jobs_per_gpu: int = 2,
+    keep_threshold: float = 0.02,
+) -> Plan:
+    """Admit, place and allocate; ``table`` is ``model.loading_table(capacity)``."""
+    running = [j for j in jobs if j.running]
+    waiting = [j for j in jobs if not j.running]
+    load = [0] * gpus
+    for j in running:
+        for g in j.gpu_ids:
+            load[g] += 1
+    fixed = sum(j.workers for j in running)
+    room = capacity - (len(running) if realloc else fixed)
+    out = Plan(gpu_ids={j.name: j.gpu_ids for j in running})
+    new: list[PlanJob] = []
+    for job in waiting:
+        ids = _place(job, load, max_jobs_per_gpu) if len(new) < room else None
+        if ids is None:
+            out.queued.append(job.name)
+            continue
+        for g in ids:
+            load[g] += 1
+        out.gpu_ids[job.name] = ids
+        new.append(job)
+    active = running + new
+    if not active:
+        return out
+    wanted = demands(active, out.gpu_ids, model, table)
+    if realloc:
+        order = sorted(range(len(active)),
+                       key=lambda i: active[i].remaining_samples / max(wanted[i].training_rate,
+                                                                       1e-9))
+        active, wanted = [active[i] for i in order], [wanted[i] for i in order]
+        workers = get_policy(policy)(wanted, capacity, table)
+        workers = _keep(active, wanted, workers, capacity, table, keep_threshold)
+    else:
+        fresh = [(j, d) for j, d in zip(active, wanted, strict=True) if not j.running]
+        fresh.sort(key=lambda jd: -jd[1].training_rate)
+        workers = get_policy(policy)([d for _, d in fresh], capacity - fixed, table) if fresh \
+            else {}
+        workers.update({j.name: j.workers for j in running})
+    node = sum(workers.values())
+    for job, demand in zip(active, wanted, strict=True):
+        d = workers.get(job.name, 0)
+        if not job.running and d < 1:
+            out.queued.append(job.name)
+            out.gpu_ids.pop(job.name, None)
+            continue
+        out.workers[job.name] = d
+        out.predicted[job.name] = float(min(demand.training_rate, table[min(node, capacity), d]))
+        if job.running and d != job.workers:
+            out.resized.append(job.name)
+        if not job.running:
+            out.launched.append(job.name)
+    return out
+
+
+def _keep(active, wanted, workers, capacity, table, threshold) -> dict[str, int]:
+    """Running jobs keep their count unless the change moves their predicted T enough."""
+    node = min(sum(workers.values()), capacity)
+    out = dict(workers)
+    for job, demand in zip(active, wanted, strict=True):
+        if not job.running or workers[job.name] == job.workers:
+            continue
+        now = min(demand.training_rate, table[node, min(job.workers, capacity)])
+        then = min(demand.training_rate, table[node, workers[job.name]])
+        if abs(then - now) <= threshold * max(now, 1e-9):
+            trial = dict(out, **{job.name: job.workers})
+            if sum(trial.values()) <= capacity:
+                out = trial
+    return out

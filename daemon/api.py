@@ -1,0 +1,156 @@
+"""The daemon's REST API (FastAPI; OpenAPI at ``/docs``) over a NodeService.
+
+Every route but ``/healthz`` (and the docs) needs ``Authorization: Bearer TOKEN``. Errors are
+``{"detail": "one line"}``: 400/422 for a bad request (naming the field), 401 without the
+token, 404 for an unknown job, 503 when the node fails to serve — never a 500.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError, ResponseValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+import adloader
+from adloader.errors import InputError
+from adloader.jobspec import JobSpec, describe_error
+
+from .service import JobView, NodeService
+
+log = logging.getLogger("adloader.daemon.api")
+T = TypeVar("T")
+
+DEFAULT_TAIL = 64 * 1024
+MAX_TAIL = 16 * 1024 * 1024
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def request_error_message(error: dict) -> str:
+    """One line for a request validation error: which field or parameter, and what is wrong."""
+    loc = tuple(error.get("loc", ()))
+    where = loc[0] if loc else "body"
+    if error.get("type") == "json_invalid":
+        return "body is not valid JSON"
+    if where in ("query", "path", "header"):
+        name = ".".join(str(x) for x in loc[1:])
+        return f"{where} parameter '{name}': {describe_error(error, skip=len(loc))}"
+    text = describe_error(error, skip=1)
+    if len(loc) <= 1 and error.get("type") == "missing":
+        return "request body is required"
+    if len(loc) <= 1 and error.get("type") not in ("value_error", "assertion_error"):
+        return f"body: {text}"
+    return text
+
+
+def create_app(service: NodeService, token: str) -> FastAPI:
+    """The API app serving ``service``, protected by the bearer ``token``."""
+    if not token:
+        raise ValueError("the API needs a non-empty bearer token")
+    expected = token.encode()
+    app = FastAPI(title="adloader", version=adloader.__version__,
+                  description="Share a node's data-loading workers among its training jobs.")
+    bearer = HTTPBearer(auto_error=False, description="the daemon's token file")
+
+    def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        given = creds.credentials.encode() if creds else b""
+        if not hmac.compare_digest(given, expected):
+            raise HTTPException(401, "missing or wrong bearer token",
+                                headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+    def call(what: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except HTTPException:
+            raise
+        except InputError as exc:
+            raise HTTPException(400, str(exc)) from None
+        except Exception:
+            log.exception("%s failed", what)
+            raise HTTPException(503, f"{what} failed inside the daemon (see its log)") from None
+
+    def found(job_id: str, view: T | None) -> T:
+        if view is None:
+            raise HTTPException(404, f"no job {job_id!r}")
+        return view
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+
+    @v1.post("/jobs", status_code=201, response_model=JobView, tags=["jobs"])
+    def submit(spec: JobSpec) -> JobView:
+        """Submit a job: it waits in the arrival buffer, then runs with its allocation."""
+        return call("submit", service.submit, spec)
+
+    @v1.get("/jobs", response_model=list[JobView], tags=["jobs"])
+    def jobs() -> list[JobView]:
+        """Every job the daemon knows, in submit order."""
+        return call("listing jobs", service.jobs)
+
+    @v1.get("/jobs/{job_id}", response_model=JobView, tags=["jobs"])
+    def job(job_id: str) -> JobView:
+        return found(job_id, call("reading the job", service.job, job_id))
+
+    @v1.delete("/jobs/{job_id}", response_model=JobView, tags=["jobs"])
+    def cancel(job_id: str) -> JobView:
+        """Cancel a job: a queued one never starts, a running one is terminated."""
+        return found(job_id, call("cancel", service.cancel, job_id))
+
+    @v1.get("/jobs/{job_id}/log", response_class=PlainTextResponse, tags=["jobs"])
+    def job_log(job_id: str, tail: int = Query(DEFAULT_TAIL, ge=0, le=MAX_TAIL)) -> str:
+        """The last ``tail`` bytes of the job's standard output and error."""
+        return found(job_id, call("reading the log", service.log, job_id, tail))
+
+    @v1.get("/allocations", tags=["node"])
+    def allocations() -> dict:
+        """The policy, the node's loading capacity and each job's workers."""
+        return call("allocations", service.allocations)
+
+    @v1.get("/events", tags=["node"])
+    def events(since: int = Query(0, ge=0),
+               limit: int = Query(500, ge=1, le=5000)) -> list[dict]:
+        """Events with an id above ``since``, oldest first."""
+        return call("events", service.events, since, limit)
+
+    @v1.get("/model", tags=["model"])
+    def model() -> dict:
+        """The throughput prediction model (TPM) in use."""
+        return call("reading the model", service.model)
+
+    @v1.post("/model/fit", tags=["model"])
+    def fit_model() -> dict:
+        """Refit the TPM from the samples stored so far."""
+        return call("fitting the model", service.fit_model)
+
+    app.include_router(v1)
+
+    @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(authorize)],
+             tags=["node"])  # fmt: skip
+    def metrics() -> PlainTextResponse:
+        """Prometheus text exposition."""
+        return PlainTextResponse(call("metrics", service.metrics), media_type=PROMETHEUS_TEXT)
+
+    @app.get("/healthz", tags=["node"])
+    def healthz() -> dict:
+        """Liveness; needs no token."""
+        return call("health", service.health)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        detail = request_error_message(errors[0]) if errors else "invalid request"
+        status = 400 if errors and errors[0].get("type") == "json_invalid" else 422
+        return JSONResponse({"detail": detail}, status_code=status)
+
+    @app.exception_handler(ResponseValidationError)
+    async def _bad_answer(request: Request, exc: ResponseValidationError) -> JSONResponse:
+        log.error("%s %s: the service gave an invalid answer: %s", request.method,
+                  request.url.path, exc.errors()[:1])  # fmt: skip
+        return JSONResponse({"detail": "the daemon gave an invalid answer (see its log)"},
+                            status_code=503)  # fmt: skip
+
+    return app

@@ -1,0 +1,150 @@
+"""The daemon's end of the control channel (A-Dloader §III-C): one ZeroMQ ROUTER socket.
+
+Each job's application master connects a DEALER whose routing id is its job id. The ROUTER
+uses ``ROUTER_HANDOVER`` (a reconnecting job takes its id back) and ``ROUTER_MANDATORY``
+with non-blocking sends (a message to a gone or stuck peer fails at once instead of
+vanishing or blocking). Frames are decoded by ``adloader.protocol``; anything malformed
+comes back from ``poll`` as a ProtocolError entry, never as an exception. The broker does
+not authenticate: the scheduler checks each message's token with ``check_token``.
+Only one thread may use a Broker (ZeroMQ sockets are not thread-safe).
+"""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import os
+from pathlib import Path
+
+import zmq
+
+from adloader.errors import InputError
+from adloader.protocol import (
+    MAX_FRAME,
+    Finish,
+    Heartbeat,
+    Paused,
+    ProtocolError,
+    Register,
+    decode_from_job,
+    encode,
+)
+
+FromJobMessage = Register | Heartbeat | Paused | Finish
+
+# A peer that sends a frame beyond this is disconnected by libzmq itself; frames between
+# MAX_FRAME and this reach ``decode`` and are reported as ProtocolError entries.
+MAX_MESSAGE_BYTES = 4 * MAX_FRAME
+MAX_DRAIN = 10_000  # messages one poll() takes at most, so a flood cannot starve the caller
+
+
+def check_token(expected: str, message) -> bool:
+    """Whether ``message.token`` equals ``expected`` (constant-time comparison)."""
+    token = getattr(message, "token", None)
+    if not isinstance(token, str) or not isinstance(expected, str) or not expected:
+        return False
+    return hmac.compare_digest(token.encode(), expected.encode())
+
+
+def _ipc_path(endpoint: str) -> Path | None:
+    """The socket file of an ``ipc://`` endpoint (None for the abstract namespace ``@``)."""
+    rest = endpoint[len("ipc://"):]
+    if not rest:
+        raise InputError(f"control endpoint {endpoint!r}: ipc:// needs a path")
+    return None if rest.startswith("@") else Path(rest)
+
+
+class Broker:
+    """A bound ROUTER socket: ``poll`` what jobs sent, ``send`` them commands."""
+
+    def __init__(self, endpoint: str):
+        if not isinstance(endpoint, str) or not endpoint.startswith(("ipc://", "tcp://")):
+            raise InputError(f"control endpoint {endpoint!r}: must be ipc://PATH or tcp://HOST:PORT")
+        path = _ipc_path(endpoint) if endpoint.startswith("ipc://") else None
+        if path is not None:
+            try:
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(
+                    f"control endpoint {endpoint!r}: cannot create {path.parent}: {exc.strerror}"
+                ) from None
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        try:
+            self._socket.bind(endpoint)
+        except zmq.ZMQError as exc:
+            self._socket.close(linger=0)
+            self._context.term()
+            raise InputError(f"control endpoint {endpoint!r}: cannot bind: {exc}") from None
+        self._inode = None
+        if path is not None:
+            os.chmod(path, 0o600)
+            self._inode = os.stat(path).st_ino
+        self.path = path
+        self.endpoint: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._closed = False
+
+    def poll(self, timeout_ms: int = 0) -> list[tuple[bytes, FromJobMessage | ProtocolError]]:
+        """Wait up to ``timeout_ms`` for traffic, then take everything available.
+
+        Returns ``(routing id, message or ProtocolError)`` pairs in arrival order; a
+        ProtocolError is for the caller to log and drop.
+        """
+        if self._closed:
+            return []
+        if not self._poller.poll(max(0, int(timeout_ms))):
+            return []
+        out: list[tuple[bytes, FromJobMessage | ProtocolError]] = []
+        while len(out) < MAX_DRAIN:
+            try:
+                frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                break
+            identity, parts = frames[0], frames[1:]
+            if len(parts) != 1:
+                out.append((identity, ProtocolError(
+                    f"expected one frame after the routing id, got {len(parts)}")))
+                continue
+            try:
+                out.append((identity, decode_from_job(parts[0])))
+            except ProtocolError as exc:
+                out.append((identity, exc))
+        return out
+
+    def send(self, identity: bytes, message) -> bool:
+        """Send a command to one job without blocking; False if it is gone or not reading."""
+        if self._closed:
+            return False
+        try:
+            self._socket.send_multipart([identity, encode(message)], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            if exc.errno in (errno.EHOSTUNREACH, errno.EAGAIN):
+                return False
+            raise
+        return True
+
+    def close(self) -> None:
+        """Close the socket (linger 0) and its context; remove the ipc socket file we made."""
+        if self._closed:
+            return
+        self._closed = True
+        self._socket.close(linger=0)
+        self._context.term()
+        if self.path is not None:  # libzmq 4.3 leaves it; remove it unless someone rebound it
+            try:
+                if os.stat(self.path).st_ino == self._inode:
+                    self.path.unlink()
+            except OSError:
+                pass
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,85 @@
+"""What the REST API asks of the node: the NodeService protocol and the JobView it returns.
+
+The API (``daemon.api``) only speaks to this protocol; ``daemon.node`` implements it over the
+scheduler, broker and store, and tests implement it in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from adloader.jobspec import JobSpec
+
+
+class JobView(BaseModel):
+    """A job as the API shows it: its record, plus its live throughput and iteration."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    state: str
+    workers: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    spec: JobSpec
+    throughput: float | None = None  # samples/s over the last heartbeat interval
+    iteration: int | None = None
+
+    @classmethod
+    def from_record(cls, record: Any, throughput: float | None = None,
+                    iteration: int | None = None) -> JobView:
+        """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes)."""
+        fields = ("id", "name", "state", "workers", "pid", "exit_code", "submitted_at",
+                  "started_at", "finished_at", "spec")  # fmt: skip
+        return cls(**{f: getattr(record, f) for f in fields}, throughput=throughput,
+                   iteration=iteration)  # fmt: skip
+
+
+class NodeService(Protocol):
+    """The node daemon as the REST API sees it. Unknown job ids give None."""
+
+    def submit(self, spec: JobSpec) -> JobView:
+        """Store and buffer a new job (InputError if the node cannot take it)."""
+        ...
+
+    def jobs(self) -> list[JobView]: ...
+
+    def job(self, job_id: str) -> JobView | None: ...
+
+    def cancel(self, job_id: str) -> JobView | None:
+        """Stop a job (terminate it if running); its view afterwards."""
+        ...
+
+    def allocations(self) -> dict:
+        """``{"policy": str, "capacity": int, "jobs": {job_id: workers}}``."""
+        ...
+
+    def events(self, since: int, limit: int) -> list[dict]:
+        """Events with id > ``since``: ``{"id", "t", "job", "kind", "data"}``."""
+        ...
+
+    def model(self) -> dict:
+        """The current TPM (``ThroughputModel.to_json()``-like) and its sample counts."""
+        ...
+
+    def fit_model(self) -> dict:
+        """Refit the TPM from the stored samples now (InputError if too few); its summary."""
+        ...
+
+    def metrics(self) -> str:
+        """Prometheus text exposition of the node's gauges and counters."""
+        ...
+
+    def health(self) -> dict:
+        """``{"status": "ok", ...}``; cheap, no authentication needed."""
+        ...
+
+    def log(self, job_id: str, tail_bytes: int) -> str | None:
+        """The last ``tail_bytes`` of a job's output; None for an unknown job."""
+        ...
