@@ -132,7 +132,8 @@ def parse_jobspec(data: Any, origin: str = "job") -> JobSpec:
 
 
 def read_jobspec_toml(path: str | Path) -> dict:
-    """The raw table of a job TOML file (its ``[job]`` table if it has one)."""
+    """The raw table of a job TOML file (its ``[job]`` table if it has one), unvalidated;
+    a relative ``cwd`` is made absolute relative to the file's folder."""
     try:
         data = tomllib.loads(Path(path).read_text())
     except OSError as exc:
@@ -142,13 +143,13 @@ def read_jobspec_toml(path: str | Path) -> dict:
     job = data.get("job", data)
     if not isinstance(job, dict):
         raise InputError(f"{path}: 'job' must be a table")
+    job = dict(job)
+    cwd = job.get("cwd")
+    if isinstance(cwd, str) and not PurePath(cwd).is_absolute():
+        job["cwd"] = str((Path(path).resolve().parent / cwd).resolve())
     return job
 
 
 def load_jobspec_file(path: str | Path) -> JobSpec:
-    """A JobSpec from a TOML file; a relative ``cwd`` is taken relative to the file."""
-    data = dict(read_jobspec_toml(path))
-    cwd = data.get("cwd")
-    if isinstance(cwd, str) and not PurePath(cwd).is_absolute():
-        data["cwd"] = str((Path(path).resolve().parent / cwd).resolve())
-    return parse_jobspec(data, str(path))
+    """A validated JobSpec from a TOML file (see :func:`read_jobspec_toml`)."""
+    return parse_jobspec(read_jobspec_toml(path), str(path))

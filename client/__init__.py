@@ -1,1 +1,5 @@
 """What runs inside a training job: the application master and the elastic loader."""
+
+from .master import JobMaster, attach
+
+__all__ = ["JobMaster", "attach"]

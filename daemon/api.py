@@ -5,12 +5,11 @@ Every route but ``/healthz`` (and the docs) needs ``Authorization: Bearer TOKEN`
 token, 404 for an unknown job, 503 when the node fails to serve — never a 500.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI must see the closures' Depends objects.
 import hmac
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError, ResponseValidationError
@@ -57,7 +56,7 @@ def create_app(service: NodeService, token: str) -> FastAPI:
                   description="Share a node's data-loading workers among its training jobs.")
     bearer = HTTPBearer(auto_error=False, description="the daemon's token file")
 
-    def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    def authorize(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
         given = creds.credentials.encode() if creds else b""
         if not hmac.compare_digest(given, expected):
             raise HTTPException(401, "missing or wrong bearer token",
@@ -101,7 +100,8 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         return found(job_id, call("cancel", service.cancel, job_id))
 
     @v1.get("/jobs/{job_id}/log", response_class=PlainTextResponse, tags=["jobs"])
-    def job_log(job_id: str, tail: int = Query(DEFAULT_TAIL, ge=0, le=MAX_TAIL)) -> str:
+    def job_log(job_id: str,
+                tail: Annotated[int, Query(ge=0, le=MAX_TAIL)] = DEFAULT_TAIL) -> str:
         """The last ``tail`` bytes of the job's standard output and error."""
         return found(job_id, call("reading the log", service.log, job_id, tail))
 
@@ -111,8 +111,8 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         return call("allocations", service.allocations)
 
     @v1.get("/events", tags=["node"])
-    def events(since: int = Query(0, ge=0),
-               limit: int = Query(500, ge=1, le=5000)) -> list[dict]:
+    def events(since: Annotated[int, Query(ge=0)] = 0,
+               limit: Annotated[int, Query(ge=1, le=5000)] = 500) -> list[dict]:
         """Events with an id above ``since``, oldest first."""
         return call("events", service.events, since, limit)
 

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from adloader.daemon.api import create_app
 from adloader.daemon.service import JobView, NodeService
 from adloader.errors import InputError
-from adloader.jobspec import JobSpec
+from adloader.jobspec import JobSpec, load_jobspec_file, parse_jobspec
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -226,3 +226,23 @@ def test_invalid_service_answer_is_503(client, service):
 def test_empty_token_is_refused(service):
     with pytest.raises(ValueError):
         create_app(service, "")
+
+
+def test_parse_jobspec_and_file(tmp_path):
+    spec = parse_jobspec({**SPEC, "model": "mdresnet12", "command": "python 't r.py' -x"}, "j")
+    assert spec.model == "mdResnet12" and spec.command == ["python", "t r.py", "-x"]
+    with pytest.raises(InputError, match=r"^j: field 'epochs': must be greater than 0$"):
+        parse_jobspec({**SPEC, "epochs": 0}, "j")
+    with pytest.raises(InputError, match="^j: a job must be a table"):
+        parse_jobspec(["x"], "j")
+    path = tmp_path / "job.toml"
+    path.write_text('[job]\nname = "f"\ncommand = ["./run"]\ncwd = "sub"\n'
+                    'features = { flops_g = 2.5, params_m = 4.0 }\nbatch_size = 8\nepochs = 3\n')
+    spec = load_jobspec_file(path)
+    assert spec.cwd == str(tmp_path / "sub") and spec.features.flops_g == 2.5
+    assert spec.model is None and spec.gpus == 1
+    path.write_text('name = "f"\ncommand = ["./run"]\nbatch_size = 8\nepochs = 3\n')
+    with pytest.raises(InputError, match=f"^{path}: field 'model': required unless"):
+        load_jobspec_file(path)
+    with pytest.raises(InputError, match="cannot read"):
+        load_jobspec_file(tmp_path / "nope.toml")

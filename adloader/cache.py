@@ -1,0 +1,281 @@
+"""Cache policies evaluated on a node's access sequence (clairvoyant: the future is known).
+
+Model (the same for every policy, so Belady's MIN is the upper bound): the node reads
+``sequence`` in order; an access is a *hit* when the sample is in the node cache (capacity in
+samples), otherwise a *miss* — one read from storage (a prefetch into the staging buffer is
+still a storage read). On a miss the policy decides whether the sample enters the cache and
+what leaves. ``simulate(policy, sequence, capacity, **kw)`` runs a policy from ``POLICIES``:
+
+- ``lru``: least recently used; hit iff the LRU stack distance (distinct samples since the
+  last access) is < capacity — computed for all accesses at once (wavelet counting, numpy).
+- ``belady``: MIN — evict the sample whose next use is farthest, the incoming one included
+  (a sample used farther ahead than everything cached is not cached: optimal with bypass).
+- ``lobster``: Lobster §4.4 — reuse-count and reuse-distance eviction, coordinated with a
+  clairvoyant prefetcher that runs ``prefetch`` iterations ahead (see ``lobster``).
+- ``nopfs``: NoPFS §5.1 — static placement of the samples the node reads most often (r_k),
+  each filled on its first access; optional tiers (RAM, SSD) → per-tier hits.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from adloader.access import NodeSequence, next_access, previous_access
+from adloader.errors import InputError
+
+NEVER = np.iinfo(np.int64).max  # stack distance of a first access
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int
+    misses: int
+    hit_ratio: float
+    evictions: int
+    tier_hits: tuple[int, ...] | None = None  # nopfs with tiers: hits per tier, fastest first
+    hit: np.ndarray | None = field(default=None, repr=False, compare=False)  # per access
+
+    def window(self, start: int = 0, stop: int | None = None) -> CacheStats:
+        """Hits and misses of accesses [start, stop) only (e.g. after the cold first epoch)."""
+        if self.hit is None:
+            raise ValueError("these stats carry no per-access hits")
+        part = self.hit[start:stop]
+        hits = int(part.sum())
+        return CacheStats(hits, part.size - hits, hits / part.size if part.size else 0.0,
+                          self.evictions, None, part)
+
+
+def _stats(hit: np.ndarray, evictions: int, tier_hits=None) -> CacheStats:
+    hits = int(hit.sum())
+    return CacheStats(hits, hit.size - hits, hits / hit.size if hit.size else 0.0,
+                      int(evictions), tier_hits, hit)
+
+
+# ---------------------------------------------------------------- LRU
+
+
+def _count_less(values: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                bound: np.ndarray) -> np.ndarray:
+    """#{j in [lo_q, hi_q) : values[j] < bound_q} for every query q (a wavelet matrix).
+
+    One stable partition by each bit of the values, most significant first; every query
+    descends with its range, O((n + q) log max) in whole-array numpy operations.
+    """
+    n = values.size
+    top = max(int(values.max(initial=0)), int(bound.max(initial=0)))
+    cur = values.astype(np.int64)
+    lo, hi = lo.astype(np.int64), hi.astype(np.int64)
+    count = np.zeros(lo.size, dtype=np.int64)
+    zeros = np.empty(n + 1, dtype=np.int64)
+    zeros[0] = 0
+    for level in range(top.bit_length() - 1, -1, -1):
+        is_zero = ((cur >> level) & 1) == 0
+        np.cumsum(is_zero, out=zeros[1:])
+        total = zeros[n]
+        q_one = ((bound >> level) & 1).astype(bool)
+        zl, zh = zeros[lo], zeros[hi]
+        count += np.where(q_one, zh - zl, 0)  # values with a 0 where the bound has a 1
+        lo = np.where(q_one, total + lo - zl, zl)
+        hi = np.where(q_one, total + hi - zh, zh)
+        cur = np.concatenate([cur[is_zero], cur[~is_zero]])
+    return count
+
+
+def lru_stack_distance(sequence) -> np.ndarray:
+    """Distinct other samples accessed since the last access of the same one (NEVER: none).
+
+    For access i with previous access p: #{j in (p, i) : prev[j] <= p} — the first accesses
+    inside the window (Mattson's stack distance). LRU of capacity C hits iff it is < C.
+    """
+    seq = np.asarray(sequence)
+    n = seq.size
+    prev = previous_access(seq)
+    dist = np.full(n, NEVER, dtype=np.int64)
+    again = np.flatnonzero(prev >= 0)
+    if again.size:
+        p = prev[again]
+        dist[again] = _count_less(prev + 1, p + 1, again, p + 2)
+    return dist
+
+
+def lru(sequence, capacity: int) -> CacheStats:
+    hit = lru_stack_distance(sequence) < capacity
+    misses = hit.size - int(hit.sum())
+    return _stats(hit, max(0, misses - capacity))
+
+
+# ---------------------------------------------------------------- Belady's MIN
+
+
+def belady(sequence, capacity: int) -> CacheStats:
+    """MIN: keep the samples whose next use is nearest; O(n log n) with a heap of next uses.
+
+    The cache is a set of *keys*, each the position of a cached sample's next use. At time t
+    key t leaves (a hit); the accessed sample enters with key next(t); past ``capacity`` the
+    largest key is dropped (which may be the new one: the sample is then not cached).
+    """
+    seq = np.asarray(sequence)
+    n = seq.size
+    nxt = next_access(seq).tolist()
+    alive = bytearray(n + 1)
+    heap: list[int] = []  # −key; keys of samples already used stay as dead entries
+    size = hits = evictions = 0
+    hit = np.zeros(n, dtype=bool)
+    push, replace = heapq.heappush, heapq.heapreplace
+    for t, k in enumerate(nxt):
+        if alive[t]:
+            hit[t] = True
+            hits += 1
+            size -= 1
+        if k == n:  # not used again: never worth a slot
+            continue
+        if size < capacity:
+            push(heap, -k)
+            alive[k] = 1
+            size += 1
+        elif capacity:
+            m = -heap[0]  # the largest key; alive, since size >= 1
+            if k < m:
+                replace(heap, -k)
+                alive[m] = 0
+                alive[k] = 1
+                evictions += 1
+    return _stats(hit, evictions)
+
+
+# ---------------------------------------------------------------- NoPFS
+
+
+def nopfs(sequence, capacity: int, tiers: tuple[int, ...] | None = None) -> CacheStats:
+    """NoPFS §5.1: the samples with the largest access frequency r_k go to the fastest tier.
+
+    Static placement over tiers of sizes ``tiers`` (default: one tier of ``capacity``): the
+    node's samples ranked by r_k (ties: earlier first access first), the top ``tiers[0]`` in
+    RAM, the next ``tiers[1]`` on SSD, …; each is fetched into its tier on its first access
+    (a miss) and never evicted. ``tier_hits`` counts the hits of each tier.
+    """
+    seq = np.asarray(sequence)
+    sizes = (capacity,) if tiers is None else tuple(int(s) for s in tiers)
+    if any(s < 0 for s in sizes):
+        raise InputError(f"nopfs: tier sizes must not be negative, got {sizes}")
+    ids, first, freq = np.unique(seq, return_index=True, return_counts=True)
+    rank = np.lexsort((first, -freq))  # most frequent first, then first touched
+    tier_of = np.full(ids.size, len(sizes), dtype=np.int64)
+    bounds = np.cumsum(sizes)
+    tier_of[rank] = np.searchsorted(bounds, np.arange(ids.size), side="right")
+    where = tier_of[np.searchsorted(ids, seq)]
+    not_first = np.ones(seq.size, dtype=bool)
+    not_first[first] = False
+    hit = not_first & (where < len(sizes))
+    tier_hits = tuple(int(np.count_nonzero(hit & (where == k))) for k in range(len(sizes)))
+    return _stats(hit, 0, tier_hits if tiers is not None else None)
+
+
+# ---------------------------------------------------------------- Lobster
+
+
+def lobster(sequence, capacity: int, steps=None, steps_per_epoch: int | None = None,
+            prefetch: int = 1) -> CacheStats:
+    """Lobster §4.4 on a node: reuse-distance eviction coordinated with prefetching.
+
+    Time is in iterations (``steps``: the iteration of each access; a ``NodeSequence`` brings
+    its own), I = ``steps_per_epoch``. Interpretation, step by step:
+
+    - *prefetch*: before iteration h is consumed, the prefetcher has looked up every access
+      of iterations ≤ h + ``prefetch`` in order. Found in the cache: a hit. Otherwise a miss
+      (storage read) and the sample enters the cache with its use as key; when full, the
+      cached sample with the largest reuse distance (next use, in iterations) is evicted if
+      it is needed later than the prefetched one ("prioritizing the prefetches with the
+      nearest reuse distance"); else the sample only passes through the staging buffer.
+    - *after iteration h*, for each sample d_k in B^h: reuse count — no further access by the
+      node's GPUs → evicted (one node: no other node relies on its copy); reuse distance —
+      next use ≥ 2I − h iterations ahead, i.e. not in the next epoch → evicted; otherwise its
+      key becomes its next use.
+    """
+    if isinstance(sequence, NodeSequence):
+        steps = sequence.step if steps is None else steps
+        steps_per_epoch = steps_per_epoch or sequence.steps_per_epoch
+        sequence = sequence.samples
+    seq = np.asarray(sequence)
+    n = seq.size
+    steps = np.arange(n, dtype=np.int64) if steps is None else np.asarray(steps, np.int64)
+    if steps.size != n or (n and np.any(np.diff(steps) < 0)):
+        raise InputError("lobster: steps must give a non-decreasing iteration per access")
+    if prefetch < 0:
+        raise InputError(f"lobster: prefetch must be at least 0 iterations, got {prefetch}")
+    period = int(steps_per_epoch or (int(steps[-1]) + 1 if n else 1))
+    nxt = next_access(seq)
+    never = np.iinfo(np.int64).max
+    next_step = np.where(nxt < n, steps[np.minimum(nxt, n - 1)], never)
+    # evict after use: no further access (reuse count), or none in the next epoch
+    drop = (nxt == n) | (next_step >= (steps // period + 2) * period)
+    bounds = np.searchsorted(steps, np.arange(int(steps[-1]) + 2 if n else 1)).tolist()
+    samples, keys, drops = seq.tolist(), next_step.tolist(), drop.tolist()
+    step_of = steps.tolist()
+    key_of: dict[int, int] = {}  # cached sample -> next use (iteration)
+    heap: list[tuple[int, int]] = []  # (−key, sample); stale when key_of disagrees
+    hit = np.zeros(n, dtype=bool)
+    evictions = 0
+    looked = 0  # accesses looked up so far
+    for h in range(len(bounds) - 1):
+        stop = bounds[min(h + prefetch + 1, len(bounds) - 1)]
+        for i in range(looked, stop):  # prefetch phase
+            x = samples[i]
+            if x in key_of:
+                hit[i] = True
+                continue
+            g = step_of[i]
+            if len(key_of) >= capacity:
+                while heap and key_of.get(heap[0][1]) != -heap[0][0]:
+                    heapq.heappop(heap)
+                if not heap or -heap[0][0] <= g:
+                    continue  # everything cached is needed sooner: staging buffer only
+                del key_of[heapq.heappop(heap)[1]]
+                evictions += 1
+            key_of[x] = g
+            heapq.heappush(heap, (-g, x))
+        looked = stop
+        for i in range(bounds[h], bounds[h + 1]):  # iteration h consumed
+            x = samples[i]
+            if x not in key_of:
+                continue
+            if drops[i]:
+                del key_of[x]
+                evictions += 1
+            else:
+                key_of[x] = keys[i]
+                heapq.heappush(heap, (-keys[i], x))
+    return _stats(hit, evictions)
+
+
+# ---------------------------------------------------------------- registry
+
+POLICIES: dict[str, Callable[..., CacheStats]] = {
+    "lru": lru,
+    "belady": belady,
+    "lobster": lobster,
+    "nopfs": nopfs,
+}
+
+
+def get_policy(name: str) -> Callable[..., CacheStats]:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise InputError(
+            f"unknown cache policy {name!r}; choose one of {', '.join(POLICIES)}") from None
+
+
+def simulate(policy, sequence, capacity: int, **kw) -> CacheStats:
+    """Run ``policy`` (a name or a callable) on ``sequence`` with ``capacity`` samples."""
+    fn = get_policy(policy) if isinstance(policy, str) else policy
+    if int(capacity) != capacity or capacity < 0:
+        raise InputError(f"cache capacity must be a whole number of samples >= 0, "
+                         f"got {capacity}")
+    if isinstance(sequence, NodeSequence) and fn is not lobster:
+        sequence = sequence.samples
+    return fn(sequence, int(capacity), **kw)

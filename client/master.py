@@ -1,0 +1,390 @@
+"""The application master (A-Dloader §III-C): applies the daemon's decisions inside a job.
+
+``attach(loader, model=...)`` is the change a training script makes. The master installs
+itself as the loader's ``on_batch`` hook; at each batch boundary, in the consumer's thread,
+it records the step statistics the heartbeats report and applies the pending commands:
+Allocation/Resize → ``loader.resize(d)``; Pause → ``loader.release()``, an optional
+checkpoint, ``Paused``, then wait for Resume → ``loader.resize(d)``. Commands carry a
+sequence number; one not newer than the last applied is dropped. In a multi-rank job only
+rank 0 talks to the daemon and broadcasts its pending commands to every rank at every
+boundary, so all ranks apply the same decision at the same iteration (d is per rank, as
+the paper's WAA allocates workers per GPU). Without a daemon it logs one line and the
+loader keeps the workers it was built with.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from adloader.errors import InputError
+from adloader.protocol import (
+    Allocation,
+    Finish,
+    Heartbeat,
+    JobFeatures,
+    Pause,
+    Paused,
+    Register,
+    Resize,
+    Resume,
+)
+
+from .channel import Channel
+from .checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+
+PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _dist():
+    """``torch.distributed`` when it is initialised, else None (never imports torch)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available():
+        return None
+    return dist if dist.is_initialized() else None
+
+
+def _rank_world() -> tuple[int, int]:
+    dist = _dist()
+    if dist is not None:
+        return dist.get_rank(), dist.get_world_size()
+    try:
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    except ValueError:
+        return 0, 1
+
+
+class JobMaster:
+    """One job's application master; built by ``attach``."""
+
+    def __init__(
+        self,
+        loader=None,
+        *,
+        job: str,
+        token: str = "",
+        endpoint: str | None = None,
+        features: JobFeatures | None = None,
+        workers: int = 0,
+        requested: int | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        state: Callable[[], dict] | None = None,
+        log: Callable[[str], None] = _stderr,
+        connect_timeout_s: float = 2.0,
+    ):
+        self.loader = loader
+        self.job = job
+        self.endpoint = endpoint
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self._token = token
+        self._state = state
+        self._log = log
+        self._pid = os.getpid()
+        self.rank, self.world_size = _rank_world()
+        self._lock = threading.Lock()
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._workers = workers  # what the loader runs with (0 while paused/released)
+        self._target = workers  # what it runs with once resumed
+        self._applied_seq = -1
+        self._iteration = 0
+        self._paused = False
+        self._finished = False
+        self._distributed: bool | None = None  # decided at the first batch boundary
+        self._reset_interval()
+        self.channel: Channel | None = None
+        if self.rank == 0 and endpoint and features is not None:
+            register = Register(job=job, token=token, pid=self._pid, features=features,
+                                workers=workers, requested=requested,
+                                world_size=self.world_size)
+            self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
+                                   connect_timeout_s=connect_timeout_s,
+                                   on_silent=self._silent, on_refused=self._refused)
+            self.channel.start()
+        elif self.rank == 0:
+            where = endpoint or "(ADLOADER_ENDPOINT unset)"
+            log(f"adloader: no daemon at {where}; running with {workers} workers")
+        atexit.register(self._at_exit)
+
+    # -- what the script and tests can read ---------------------------------------------
+    @property
+    def workers(self) -> int:
+        """Workers the loader runs with now (0 while paused)."""
+        return self._workers
+
+    @property
+    def applied_seq(self) -> int:
+        """Sequence number of the last command applied (-1 before the Allocation)."""
+        return self._applied_seq
+
+    @property
+    def iteration(self) -> int:
+        """Batches consumed, counting those before a ``resume_from`` checkpoint."""
+        return self._iteration
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def connected(self) -> bool:
+        """Whether the daemon has answered with an Allocation."""
+        return self.channel is not None and self.channel.allocated.is_set()
+
+    def wait_connected(self, timeout_s: float | None = None) -> bool:
+        """Block until the daemon answered, refused, or ``connect_timeout_s`` passed."""
+        if self.channel is None:
+            return False
+        self.channel.settled.wait(timeout_s)
+        return self.connected
+
+    # -- the channel thread's callbacks -------------------------------------------------
+    def _receive(self, command) -> None:
+        if command.seq > self._applied_seq:
+            self._commands.put(command)
+
+    def _silent(self) -> None:
+        self._log(f"adloader: no daemon at {self.endpoint}; running with {self._workers} workers")
+
+    def _refused(self, reason: str) -> None:
+        self._log(f"adloader: daemon refused job {self.job!r}: {reason}; "
+                  f"running with {self._workers} workers")
+
+    def _reset_interval(self) -> None:
+        self._count = 0
+        self._steps = 0  # boundaries with a measured step (the first of an epoch has none)
+        self._step_sum = 0.0
+        self._wait_sum = 0.0
+        self._samples = 0
+        self._since = time.monotonic()
+
+    def _heartbeat(self) -> Heartbeat:
+        """Means over the interval since the last heartbeat (rank 0's own numbers)."""
+        with self._lock:
+            elapsed = time.monotonic() - self._since
+            count = self._count
+            beat = Heartbeat(
+                job=self.job, token=self._token, iteration=self._iteration,
+                step_s=self._step_sum / self._steps if self._steps else 0.0,
+                data_wait_s=self._wait_sum / count if count else 0.0,
+                samples_per_s=self._samples / elapsed if elapsed > 0 else 0.0,
+                workers=self._workers, applied_seq=max(self._applied_seq, 0),
+            )
+            self._reset_interval()
+        return beat
+
+    # -- the consumer's thread ----------------------------------------------------------
+    def on_batch(self, stats) -> None:
+        """The loader hook: record ``stats`` (a BatchStats), then apply pending commands."""
+        if os.getpid() != self._pid or self._finished:
+            return
+        with self._lock:
+            self._iteration += 1
+            self._count += 1
+            step = float(stats.step_s or 0.0)
+            if step > 0:
+                self._steps += 1
+                self._step_sum += step
+            self._wait_sum += max(float(stats.wait_s or 0.0), 0.0)
+            self._samples += int(stats.samples or 0)
+            if not self._paused and stats.workers is not None:
+                self._workers = int(stats.workers)
+        for command in self._exchange(self._take()):
+            self._apply(command)
+
+    def _take(self, timeout_s: float | None = None) -> list:
+        out = []
+        try:
+            if timeout_s is not None:
+                out.append(self._commands.get(timeout=timeout_s))
+            while True:
+                out.append(self._commands.get_nowait())
+        except queue.Empty:
+            return out
+
+    def _exchange(self, commands: list) -> list:
+        """Rank 0's commands, the same on every rank (a broadcast when multi-rank)."""
+        if self._distributed is None:
+            self._distributed = _dist() is not None and self.world_size > 1
+        if not self._distributed:
+            return commands
+        box = [commands or None]
+        _dist().broadcast_object_list(box, src=0)
+        return box[0] or []
+
+    def _apply(self, command) -> None:
+        if command.seq <= self._applied_seq:
+            return  # stale: queued while we were away, or already applied
+        if isinstance(command, Pause):
+            self._pause(command)
+            return
+        if isinstance(command, Allocation | Resize | Resume):
+            self._target = command.workers
+            if not self._paused or isinstance(command, Resume):
+                self._paused = False
+                self._resize(command.workers)
+        self._applied_seq = command.seq
+
+    def _resize(self, workers: int) -> None:
+        if self.loader is not None:
+            self.loader.resize(workers)
+        self._workers = workers
+
+    def _pause(self, command: Pause) -> None:
+        """Release the workers, checkpoint if asked, say Paused; wait for Resume if new."""
+        waiting = self._paused  # already paused: only answer again
+        if not waiting:
+            if self.loader is not None:
+                self.loader.release()
+            self._paused = True
+            self._workers = 0
+        path = self._checkpoint(command.seq) if command.checkpoint else None
+        self._exchange([])  # every rank has released (and rank 0 saved) before Paused
+        self._applied_seq = command.seq
+        if self.channel is not None:
+            self.channel.post(Paused(job=self.job, token=self._token, seq=command.seq,
+                                     checkpoint=str(path) if path else None))
+        while not waiting and self._paused and not self._finished:
+            for later in self._exchange(self._take(PAUSE_POLL_S) if self.rank == 0 else []):
+                self._apply(later)
+
+    def _checkpoint(self, seq: int) -> Path | None:
+        """Rank 0 saves {state, loader, adloader} to CHECKPOINT_DIR/JOB.pt; None if it cannot."""
+        if self.rank != 0:
+            return None
+        payload = {
+            "adloader": {"job": self.job, "seq": seq, "iteration": self._iteration,
+                         "workers": self._target},
+            "state": self._state() if self._state is not None else None,
+            "loader": self.loader.state_dict() if hasattr(self.loader, "state_dict") else None,
+        }
+        directory = self.checkpoint_dir or Path.cwd() / "checkpoints"
+        try:
+            return save_checkpoint(checkpoint_path(directory, self.job), payload)
+        except Exception as exc:  # a full disk must not kill the training job
+            self._log(f"adloader: job {self.job!r}: checkpoint to {directory} failed: {exc}")
+            return None
+
+    def resume_from(self, path: str | os.PathLike | None = None, *,
+                    weights_only: bool = True) -> dict | None:
+        """Load a Pause checkpoint after a relaunch (``path`` or ADLOADER_RESUME).
+
+        Restores the loader's state and the iteration count; returns the user's state
+        (what ``state()`` gave) for the script to load into its model and optimizer,
+        or None when there is nothing to resume from.
+        """
+        path = path or os.environ.get("ADLOADER_RESUME") or None
+        if path is None:
+            return None
+        payload = load_checkpoint(path, weights_only=weights_only)
+        if payload.get("loader") is not None and hasattr(self.loader, "load_state_dict"):
+            self.loader.load_state_dict(payload["loader"])
+        with self._lock:
+            self._iteration = int(payload["adloader"].get("iteration", 0))
+        return payload.get("state")
+
+    # -- the end --------------------------------------------------------------------------
+    def finish(self, exit_code: int = 0) -> None:
+        """Send Finish and close the channel; idempotent; a no-op in forked children."""
+        if self._finished or os.getpid() != self._pid:
+            return
+        self._finished = True
+        atexit.unregister(self._at_exit)
+        if self.channel is not None:
+            final = Finish(job=self.job, token=self._token, iterations=self._iteration,
+                           exit_code=exit_code)
+            self.channel.stop(final if self.channel.allocated.is_set() else None)
+
+    def _at_exit(self) -> None:
+        self.finish(0)
+
+    def __enter__(self) -> JobMaster:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.finish(0 if exc_type is None else 1)
+
+
+def _int_env(name: str) -> int | None:
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InputError(f"{name} must be a whole number >= 0, got {raw!r}")
+    return value
+
+
+def _features(model, features, batch_size, gpus, iterations, loader, world_size):
+    if features is not None:
+        return features
+    model = model or os.environ.get("ADLOADER_MODEL") or None
+    if model is None:
+        return None
+    from adloader.models import features as model_features
+
+    found = model_features(model)
+    batch = batch_size or getattr(loader, "batch_size", None)
+    if not batch:
+        raise InputError(f"attach: model {found.name!r}: give batch_size= (the loader has none)")
+    return JobFeatures(model=found.name, batch_size=int(batch), gpus=gpus or world_size,
+                       flops_g=found.flops_g, params_m=found.params_m, iterations=iterations)
+
+
+def attach(loader=None, *, model: str | None = None, features: JobFeatures | None = None,
+           batch_size: int | None = None, gpus: int | None = None,
+           iterations: int | None = None, requested: int | None = None,
+           endpoint: str | None = None, job: str | None = None, token: str | None = None,
+           checkpoint_dir: str | os.PathLike | None = None,
+           state: Callable[[], dict] | None = None, log: Callable[[str], None] = _stderr,
+           connect_timeout_s: float = 2.0) -> JobMaster:
+    """Put ``loader`` under the node daemon; returns the job's master (already started).
+
+    endpoint/job/token default to ADLOADER_ENDPOINT/ADLOADER_JOB/ADLOADER_TOKEN (set by the
+    daemon's launcher), ADLOADER_WORKERS is the initial worker count, ADLOADER_MODEL a
+    fallback for ``model`` and ADLOADER_CHECKPOINT_DIR for ``checkpoint_dir``. ``model``
+    (a zoo name) gives the FLOPs and parameters of ``features``; ``gpus`` defaults to the
+    world size. ``state()`` returns the state dicts to checkpoint on Pause.
+    """
+    endpoint = endpoint or os.environ.get("ADLOADER_ENDPOINT") or None
+    job = job or os.environ.get("ADLOADER_JOB") or f"{socket.gethostname()}-{os.getpid()}"
+    token = token if token is not None else os.environ.get("ADLOADER_TOKEN", "")
+    checkpoint_dir = checkpoint_dir or os.environ.get("ADLOADER_CHECKPOINT_DIR") or None
+    built = getattr(loader, "num_workers", 0) or 0
+    workers = _int_env("ADLOADER_WORKERS")
+    if workers is not None and loader is not None and workers != built:
+        loader.resize(workers)
+    workers = built if workers is None else workers
+    rank, world_size = _rank_world()
+    feats = _features(model, features, batch_size, gpus, iterations, loader, world_size)
+    if endpoint and feats is None and rank == 0:
+        raise InputError(f"attach: job {job!r}: give model= or features= so the daemon "
+                         "can predict its throughput")
+    master = JobMaster(loader, job=job, token=token, endpoint=endpoint, features=feats,
+                       workers=workers, requested=built if requested is None else requested,
+                       checkpoint_dir=checkpoint_dir, state=state, log=log,
+                       connect_timeout_s=connect_timeout_s)
+    if loader is not None:
+        previous = getattr(loader, "on_batch", None)
+        if previous is None:
+            loader.on_batch = master.on_batch
+        else:
+            def chained(stats, _previous=previous, _master=master):
+                _previous(stats)
+                _master.on_batch(stats)
+
+            loader.on_batch = chained
+    return master

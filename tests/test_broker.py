@@ -1,0 +1,154 @@
+"""The daemon's ROUTER broker over real sockets: round trip, bad frames, gone peers, handover."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+import zmq
+
+from adloader.daemon.broker import MAX_MESSAGE_BYTES, Broker, check_token
+from adloader.errors import InputError
+from adloader.protocol import (
+    MAX_FRAME,
+    Heartbeat,
+    ProtocolError,
+    Resize,
+    decode_to_job,
+    encode,
+)
+
+
+def beat(job="j1", token="t", iteration=1):
+    return Heartbeat(job=job, token=token, iteration=iteration, step_s=0.1, data_wait_s=0.01,
+                     samples_per_s=100.0, workers=2)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(f"ipc://{tmp_path}/run/c.sock")
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def ctx():
+    c = zmq.Context()
+    yield c
+    c.destroy(linger=0)
+
+
+def dealer(ctx, endpoint, job=b"j1"):
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.ROUTING_ID, job)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVTIMEO, 2000)
+    s.connect(endpoint)
+    return s
+
+
+def poll_until(broker, n, deadline_s=2.0):
+    """Everything the broker received until it has at least ``n`` entries (or the deadline)."""
+    got, end = [], time.monotonic() + deadline_s
+    while len(got) < n and time.monotonic() < end:
+        got += broker.poll(50)
+    return got
+
+
+def test_round_trip_and_socket_modes(broker, ctx, tmp_path):
+    path = tmp_path / "run" / "c.sock"
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "run").st_mode) == 0o700
+    s = dealer(ctx, broker.endpoint)
+    s.send(encode(beat(iteration=7)))
+    [(ident, msg)] = poll_until(broker, 1)
+    assert ident == b"j1" and msg == beat(iteration=7)
+    assert broker.send(b"j1", Resize(seq=3, workers=4))
+    assert decode_to_job(s.recv()) == Resize(seq=3, workers=4)
+    assert broker.poll(0) == []
+
+
+def test_bad_frames_are_reported_and_good_peers_still_served(broker, ctx):
+    bad, good = dealer(ctx, broker.endpoint, b"bad"), dealer(ctx, broker.endpoint, b"good")
+    bad.send(b"\xff\xfe not utf-8")
+    bad.send(b"[1, 2]")
+    bad.send(b'{"type": "launch", "job": "x"}')
+    bad.send(b"x" * (MAX_FRAME + 1))
+    bad.send_multipart([encode(beat()), b"extra"])
+    bad.send_multipart([b"", encode(beat())])  # a REQ-style delimiter is a wrong frame count
+    good.send(encode(beat("good")))
+    got = poll_until(broker, 7)
+    errors = [m for i, m in got if i == b"bad"]
+    assert len(errors) == 6 and all(isinstance(m, ProtocolError) for m in errors)
+    assert any("exceeds" in str(m) for m in errors)
+    assert [m for i, m in got if i == b"good"] == [beat("good")]
+    # a frame beyond MAXMSGSIZE makes libzmq drop that connection; nothing is raised
+    bad.send(b"x" * (MAX_MESSAGE_BYTES + 1))
+    good.send(encode(beat("good", iteration=2)))
+    assert [m for _, m in poll_until(broker, 1)] == [beat("good", iteration=2)]
+    assert broker.send(b"good", Resize(seq=1, workers=1))
+    assert decode_to_job(good.recv()).workers == 1
+
+
+def test_send_to_unknown_or_gone_peer_returns_false_without_blocking(broker, ctx):
+    started = time.monotonic()
+    assert broker.send(b"nobody", Resize(seq=1, workers=1)) is False
+    assert time.monotonic() - started < 0.5
+    s = dealer(ctx, broker.endpoint)
+    s.send(encode(beat()))
+    assert poll_until(broker, 1)
+    s.close(linger=0)
+    deadline, sent = time.monotonic() + 3.0, True
+    while sent and time.monotonic() < deadline:
+        t0 = time.monotonic()
+        sent = broker.send(b"j1", Resize(seq=2, workers=1))
+        assert time.monotonic() - t0 < 0.5  # never blocks
+    assert sent is False
+
+
+def test_reconnecting_dealer_with_same_id_is_reachable_again(broker, ctx):
+    first = dealer(ctx, broker.endpoint)
+    first.send(encode(beat(iteration=1)))
+    assert poll_until(broker, 1)
+    second = dealer(ctx, broker.endpoint)  # the job restarted; the old pipe is still open
+    second.send(encode(beat(iteration=2)))
+    [(ident, msg)] = poll_until(broker, 1)
+    assert ident == b"j1" and msg.iteration == 2
+    assert broker.send(b"j1", Resize(seq=5, workers=3))
+    assert decode_to_job(second.recv()).seq == 5
+    first.close(linger=0)
+    second.close(linger=0)
+    third = dealer(ctx, broker.endpoint)  # and after a clean reconnect
+    third.send(encode(beat(iteration=3)))
+    assert poll_until(broker, 1)[0][1].iteration == 3
+    assert broker.send(b"j1", Resize(seq=6, workers=2))
+    assert decode_to_job(third.recv()).seq == 6
+
+
+def test_tcp_endpoint_close_and_bad_endpoints(tmp_path):
+    b = Broker("tcp://127.0.0.1:*")
+    assert b.endpoint.startswith("tcp://127.0.0.1:") and not b.endpoint.endswith("*")
+    b.close()
+    b.close()  # idempotent
+    assert b.poll(10) == [] and b.send(b"x", Resize(seq=1, workers=1)) is False
+    with pytest.raises(InputError, match="must be ipc"):
+        Broker("http://127.0.0.1:1")
+    with Broker(f"ipc://{tmp_path}/a.sock") as first:
+        assert (tmp_path / "a.sock").exists()
+        other = Broker("tcp://127.0.0.1:*")
+        port = other.endpoint
+        with pytest.raises(InputError, match="cannot bind"):
+            Broker(port)
+        other.close()
+        assert first.poll(0) == []
+    assert not (tmp_path / "a.sock").exists()
+
+
+def test_check_token():
+    assert check_token("secret", beat(token="secret"))
+    assert not check_token("secret", beat(token="secreT"))
+    assert not check_token("", beat(token=""))
+    assert not check_token("secret", Resize(seq=1, workers=1))

@@ -1,0 +1,200 @@
+"""``adloader bench resize``: the ElasticDataLoader resized live, and its cost beside torch's.
+
+(a) ≥ 1,000 resizes at batch boundaries, cycling the worker count through ``pattern`` (1→2→0→2→1:
+both 1↔2 and 0↔2), over real JPEG decoding with a consumer that sleeps a step: the indices
+yielded must equal the uninterrupted order (lost = repeated = 0). Stall of one resize = time in
+``resize()`` + the wait of the next batch − the median wait of an uninterrupted run with the new
+worker count; the "interval" stall sums the excess waits up to the next resize (a drained old
+pool delays the new pool's first batch). The other handovers run fewer resizes for comparison.
+(b) Per-batch time of ElasticDataLoader vs ``torch.utils.data.DataLoader``, same workers and
+order, runs alternating, median of several; on the JPEG dataset and on a tiny in-memory one
+where the loader's own per-batch cost shows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from adloader.client.loader import ElasticDataLoader
+from adloader.errors import InputError
+from adloader.order import rank_order
+from adloader.workloads.dataset import SyntheticJPEGDataset
+
+CTX = "fork"
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+class _Indexed(Dataset):
+    """A dataset whose samples also carry their index, so the bench can check the order."""
+
+    def __init__(self, dataset: Dataset, size: int) -> None:
+        self.dataset, self.size = dataset, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int):
+        image, label = self.dataset[i]
+        return image, label, i
+
+
+class _Tiny(Dataset):
+    def __init__(self, size: int) -> None:
+        self.data = torch.arange(size * 4, dtype=torch.float32).reshape(size, 4)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        return self.data[i], i
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def _ms(x: float) -> float:
+    return round(x * 1e3, 3)
+
+
+def _baseline(jpeg, size, workers, batch_size, step_s, seed) -> float:
+    """Median __next__ wait of an uninterrupted run with ``workers`` (warm-up batches left out)."""
+    loader = ElasticDataLoader(_Indexed(jpeg, size), batch_size, shuffle=True, seed=seed,
+                               num_workers=workers, multiprocessing_context=CTX)
+    waits: list[float] = []
+    loader.on_batch = lambda s: waits.append(s.wait_s)
+    for _ in loader:
+        time.sleep(step_s)
+    return statistics.median(waits[5:] or waits)
+
+
+def _resize_run(jpeg, handover, resizes, every, pattern, batch_size, step_s, seed, base,
+                progress: Progress | None) -> dict:
+    batches = (resizes + 1) * every
+    size = batches * batch_size
+    loader = ElasticDataLoader(_Indexed(jpeg, size), batch_size, shuffle=True, seed=seed,
+                               num_workers=pattern[0], multiprocessing_context=CTX,
+                               handover=handover)
+    waits: list[float] = []
+    loader.on_batch = lambda s: waits.append(s.wait_s)
+    seen: list[int] = []
+    events: list[tuple[int, int, float]] = []  # (next batch, new workers, seconds in resize())
+    start = time.perf_counter()
+    for b, (_, _, idx) in enumerate(loader):
+        seen += idx.tolist()
+        time.sleep(step_s)  # the training step
+        if (b + 1) % every == 0 and len(events) < resizes:
+            n = pattern[(len(events) + 1) % len(pattern)]
+            t = time.perf_counter()
+            loader.resize(n)
+            events.append((b + 1, n, time.perf_counter() - t))
+            if progress and len(events) % 50 == 0:
+                progress(f"resize {handover}", len(events), resizes)
+    elapsed = time.perf_counter() - start
+    expected = rank_order(seed, 0, size, shuffle=True).tolist()
+    stall, interval, calls = [], [], []
+    for first, n, call in events:
+        stall.append(call + waits[first] - base[n])
+        interval.append(call + sum(w - base[n] for w in waits[first : first + every]))
+        calls.append(call)
+    return {
+        "handover": handover, "resizes": len(events), "batches": len(waits),
+        "in_order": seen == expected,
+        "lost": sum((Counter(expected) - Counter(seen)).values()),
+        "repeated": sum((Counter(seen) - Counter(expected)).values()),
+        "stall_median_ms": _ms(statistics.median(stall)), "stall_p95_ms": _ms(_pct(stall, 95)),
+        "interval_stall_median_ms": _ms(statistics.median(interval)),
+        "interval_stall_p95_ms": _ms(_pct(interval, 95)),
+        "resize_call_median_ms": _ms(statistics.median(calls)),
+        "elapsed_s": round(elapsed, 2),
+    }
+
+
+def _epoch_time(loader) -> float:
+    t = time.perf_counter()
+    for _ in loader:
+        pass
+    return time.perf_counter() - t
+
+
+def _overhead(dataset, workers, batch_size, runs, seed) -> dict:
+    """Median per-batch time of torch's DataLoader and ours, same order, runs alternating."""
+    order = rank_order(seed, 0, len(dataset), shuffle=True).tolist()
+    ctx = CTX if workers else None
+    times: dict[str, list[float]] = {"torch": [], "elastic": []}
+    for r in range(runs):
+        ours = ElasticDataLoader(dataset, batch_size, shuffle=True, seed=seed,
+                                 num_workers=workers, multiprocessing_context=ctx)
+        ref = DataLoader(dataset, batch_size, sampler=order, num_workers=workers,
+                         multiprocessing_context=ctx)
+        pair = [("torch", ref), ("elastic", ours)]
+        for name, loader in pair if r % 2 == 0 else pair[::-1]:
+            times[name].append(_epoch_time(loader) / len(loader))
+    t_torch, t_ours = statistics.median(times["torch"]), statistics.median(times["elastic"])
+    return {
+        "workers": workers, "batches": -(-len(dataset) // batch_size), "runs": runs,
+        "torch_ms_per_batch": _ms(t_torch), "elastic_ms_per_batch": _ms(t_ours),
+        "overhead_us_per_batch": round((t_ours - t_torch) * 1e6, 1),
+        "ratio": round(t_ours / t_torch, 4),
+    }
+
+
+def run_resize_bench(
+    resizes: int = 1000, every: int = 3, pattern: tuple[int, ...] = (1, 2, 0, 2),
+    batch_size: int = 8, step_ms: float = 5.0, crop: int = 64, image_size: int = 128,
+    compare_resizes: int = 200, overhead_runs: int = 5, overhead_batches: int = 60,
+    seed: int = 0, root: str | None = None, quick: bool = False,
+    progress: Progress | None = None,
+) -> dict:
+    """Run (a) and (b); ``quick`` shrinks every count so that it takes seconds (tests)."""
+    if quick:
+        resizes, compare_resizes, overhead_runs, overhead_batches = 24, 8, 3, 10
+    if resizes < 1 or every < 1 or batch_size < 1 or len(pattern) < 2 or min(pattern) < 0:
+        raise InputError("bench resize: need resizes, every, batch_size >= 1 and a pattern of "
+                         ">= 2 worker counts >= 0")
+    step_s = step_ms / 1e3
+    with tempfile.TemporaryDirectory(prefix="adloader-bench-") as tmp:
+        jpeg = SyntheticJPEGDataset(root or tmp, size=1 << 30, image_size=(image_size, image_size),
+                                    crop=crop, images=64, seed=seed)
+        base_batches = 20 if quick else 60
+        base = {}
+        for n in sorted(set(pattern)):
+            base[n] = _baseline(jpeg, base_batches * batch_size, n, batch_size, step_s, seed)
+            if progress:
+                progress("baseline", len(base), len(set(pattern)))
+        runs = [_resize_run(jpeg, "drain", resizes, every, pattern, batch_size, step_s, seed,
+                            base, progress)]
+        for handover in ("restart", "serial"):
+            runs.append(_resize_run(jpeg, handover, compare_resizes, every, pattern, batch_size,
+                                    step_s, seed, base, progress))
+        overhead = []
+        for kind in ("jpeg", "tiny"):
+            for workers in (0, 2):
+                if kind == "jpeg":
+                    size = overhead_batches * batch_size
+                    dataset = _Indexed(jpeg, size)
+                else:
+                    dataset = _Tiny(overhead_batches * 20 * batch_size)
+                row = _overhead(dataset, workers, batch_size, overhead_runs, seed)
+                overhead.append({"dataset": kind, **row})
+                if progress:
+                    progress("overhead", len(overhead), 4)
+    return {
+        "config": {
+            "resizes": resizes, "every": every, "pattern": list(pattern),
+            "batch_size": batch_size, "step_ms": step_ms, "crop": crop,
+            "image_size": image_size, "compare_resizes": compare_resizes,
+            "overhead_runs": overhead_runs, "seed": seed, "quick": quick,
+        },
+        "baseline_wait_ms": {str(n): _ms(w) for n, w in base.items()},
+        "resize": runs,
+        "overhead": overhead,
+    }
