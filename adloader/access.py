@@ -85,7 +85,7 @@ def access_stream(seed: int, epochs: int, size: int, global_batch: int, world_si
     out = np.empty((epochs, world_size, rank_len), dtype=dtype)
     pad = per_rank * world_size - size
     for e in range(epochs):
-        order = epoch_permutation(seed, e, size, shuffle)
+        order = epoch_permutation(seed, e, size, shuffle).astype(dtype)  # cast, then stride
         if pad:
             order = np.concatenate([order, np.resize(order, pad)])
         # position k of rank r is global position k*W + r (DistributedSampler's striding)

@@ -11,7 +11,8 @@ what leaves. ``simulate(policy, sequence, capacity, **kw)`` runs a policy from `
 - ``belady``: MIN — evict the sample whose next use is farthest, the incoming one included
   (a sample used farther ahead than everything cached is not cached: optimal with bypass).
 - ``lobster``: Lobster §4.4 — reuse-count and reuse-distance eviction, coordinated with a
-  clairvoyant prefetcher that runs ``prefetch`` iterations ahead (see ``lobster``).
+  clairvoyant prefetcher that runs ``prefetch`` iterations ahead (see ``lobster``);
+  ``lobster-lazy``: the same, the reuse-distance rule only ordering evictions.
 - ``nopfs``: NoPFS §5.1 — static placement of the samples the node reads most often (r_k),
   each filled on its first access; optional tiers (RAM, SSD) → per-tier hits.
 """
@@ -40,7 +41,10 @@ class CacheStats:
     hit: np.ndarray | None = field(default=None, repr=False, compare=False)  # per access
 
     def window(self, start: int = 0, stop: int | None = None) -> CacheStats:
-        """Hits and misses of accesses [start, stop) only (e.g. after the cold first epoch)."""
+        """Hits and misses of accesses [start, stop) only (e.g. after the cold first epoch).
+
+        ``evictions`` stays the whole run's count.
+        """
         if self.hit is None:
             raise ValueError("these stats carry no per-access hits")
         part = self.hit[start:stop]
@@ -105,7 +109,7 @@ def lru_stack_distance(sequence) -> np.ndarray:
 def lru(sequence, capacity: int) -> CacheStats:
     hit = lru_stack_distance(sequence) < capacity
     misses = hit.size - int(hit.sum())
-    return _stats(hit, max(0, misses - capacity))
+    return _stats(hit, max(0, misses - capacity) if capacity else 0)
 
 
 # ---------------------------------------------------------------- Belady's MIN
@@ -162,15 +166,15 @@ def nopfs(sequence, capacity: int, tiers: tuple[int, ...] | None = None) -> Cach
     sizes = (capacity,) if tiers is None else tuple(int(s) for s in tiers)
     if any(s < 0 for s in sizes):
         raise InputError(f"nopfs: tier sizes must not be negative, got {sizes}")
-    ids, first, freq = np.unique(seq, return_index=True, return_counts=True)
-    rank = np.lexsort((first, -freq))  # most frequent first, then first touched
-    tier_of = np.full(ids.size, len(sizes), dtype=np.int64)
-    bounds = np.cumsum(sizes)
-    tier_of[rank] = np.searchsorted(bounds, np.arange(ids.size), side="right")
-    where = tier_of[np.searchsorted(ids, seq)]
-    not_first = np.ones(seq.size, dtype=bool)
-    not_first[first] = False
-    hit = not_first & (where < len(sizes))
+    prev = previous_access(seq)
+    first = np.flatnonzero(prev < 0)  # first touches, in order
+    ids = seq[first]
+    freq = np.bincount(seq)[ids] if seq.size else ids
+    ranked = ids[np.argsort(-freq, kind="stable")]  # most frequent first, then first touched
+    tier_of = np.full(int(seq.max(initial=0)) + 1, len(sizes), dtype=np.int64)
+    tier_of[ranked] = np.searchsorted(np.cumsum(sizes), np.arange(ranked.size), side="right")
+    where = tier_of[seq]
+    hit = (prev >= 0) & (where < len(sizes))
     tier_hits = tuple(int(np.count_nonzero(hit & (where == k))) for k in range(len(sizes)))
     return _stats(hit, 0, tier_hits if tiers is not None else None)
 
@@ -179,7 +183,7 @@ def nopfs(sequence, capacity: int, tiers: tuple[int, ...] | None = None) -> Cach
 
 
 def lobster(sequence, capacity: int, steps=None, steps_per_epoch: int | None = None,
-            prefetch: int = 1) -> CacheStats:
+            prefetch: int = 1, eager: bool = True) -> CacheStats:
     """Lobster §4.4 on a node: reuse-distance eviction coordinated with prefetching.
 
     Time is in iterations (``steps``: the iteration of each access; a ``NodeSequence`` brings
@@ -195,6 +199,11 @@ def lobster(sequence, capacity: int, steps=None, steps_per_epoch: int | None = N
       node's GPUs → evicted (one node: no other node relies on its copy); reuse distance —
       next use ≥ 2I − h iterations ahead, i.e. not in the next epoch → evicted; otherwise its
       key becomes its next use.
+
+    ``eager=False`` keeps the reuse-distance rule as a priority only (such samples have the
+    largest keys, so they leave first when room is needed): the paper evicts them at once to
+    make room for deeper prefetching, which cannot save a storage read and loses hits when
+    the cache has room (a node that reads part of each epoch).
     """
     if isinstance(sequence, NodeSequence):
         steps = sequence.step if steps is None else steps
@@ -212,44 +221,62 @@ def lobster(sequence, capacity: int, steps=None, steps_per_epoch: int | None = N
     never = np.iinfo(np.int64).max
     next_step = np.where(nxt < n, steps[np.minimum(nxt, n - 1)], never)
     # evict after use: no further access (reuse count), or none in the next epoch
-    drop = (nxt == n) | (next_step >= (steps // period + 2) * period)
+    drop = nxt == n
+    if eager:
+        drop |= next_step >= (steps // period + 2) * period
     bounds = np.searchsorted(steps, np.arange(int(steps[-1]) + 2 if n else 1)).tolist()
     samples, keys, drops = seq.tolist(), next_step.tolist(), drop.tolist()
     step_of = steps.tolist()
-    key_of: dict[int, int] = {}  # cached sample -> next use (iteration)
-    heap: list[tuple[int, int]] = []  # (−key, sample); stale when key_of disagrees
-    hit = np.zeros(n, dtype=bool)
-    evictions = 0
-    looked = 0  # accesses looked up so far
+    span = int(seq.max()) + 1 if n else 1
+    key_of = [-1] * span  # next use (iteration) of each cached sample, −1: not cached
+    heap: list[int] = []  # −(key·span + sample), stale when key_of disagrees
+    push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
+    hit = bytearray(n)
+    size = evictions = looked = 0
     for h in range(len(bounds) - 1):
         stop = bounds[min(h + prefetch + 1, len(bounds) - 1)]
-        for i in range(looked, stop):  # prefetch phase
+        for i in range(looked, stop):  # prefetch phase: look up the accesses up to h + prefetch
             x = samples[i]
-            if x in key_of:
-                hit[i] = True
+            if key_of[x] >= 0:
+                hit[i] = 1
                 continue
             g = step_of[i]
-            if len(key_of) >= capacity:
-                while heap and key_of.get(heap[0][1]) != -heap[0][0]:
-                    heapq.heappop(heap)
-                if not heap or -heap[0][0] <= g:
-                    continue  # everything cached is needed sooner: staging buffer only
-                del key_of[heapq.heappop(heap)[1]]
-                evictions += 1
+            if size < capacity:
+                push(heap, -(g * span + x))
+                key_of[x] = g
+                size += 1
+                continue
+            while heap:
+                k, y = divmod(-heap[0], span)
+                if key_of[y] == k:
+                    break
+                pop(heap)
+            else:
+                continue  # capacity 0
+            if k <= g:
+                continue  # everything cached is needed no later: staging buffer only
+            key_of[y] = -1
+            replace(heap, -(g * span + x))
             key_of[x] = g
-            heapq.heappush(heap, (-g, x))
+            evictions += 1
         looked = stop
         for i in range(bounds[h], bounds[h + 1]):  # iteration h consumed
             x = samples[i]
-            if x not in key_of:
+            if key_of[x] < 0:
                 continue
             if drops[i]:
-                del key_of[x]
+                key_of[x] = -1
+                size -= 1
                 evictions += 1
-            else:
+            elif keys[i] != key_of[x]:
                 key_of[x] = keys[i]
-                heapq.heappush(heap, (-keys[i], x))
-    return _stats(hit, evictions)
+                push(heap, -(keys[i] * span + x))
+    return _stats(np.frombuffer(hit, dtype=bool), evictions)
+
+
+def lobster_lazy(sequence, capacity: int, **kw) -> CacheStats:
+    """``lobster`` with ``eager=False``: the reuse-distance rule only orders evictions."""
+    return lobster(sequence, capacity, eager=False, **kw)
 
 
 # ---------------------------------------------------------------- registry
@@ -259,7 +286,9 @@ POLICIES: dict[str, Callable[..., CacheStats]] = {
     "belady": belady,
     "lobster": lobster,
     "nopfs": nopfs,
+    "lobster-lazy": lobster_lazy,
 }
+_STEPPED = (lobster, lobster_lazy)  # policies that read a NodeSequence's iterations
 
 
 def get_policy(name: str) -> Callable[..., CacheStats]:
@@ -276,6 +305,9 @@ def simulate(policy, sequence, capacity: int, **kw) -> CacheStats:
     if int(capacity) != capacity or capacity < 0:
         raise InputError(f"cache capacity must be a whole number of samples >= 0, "
                          f"got {capacity}")
-    if isinstance(sequence, NodeSequence) and fn is not lobster:
-        sequence = sequence.samples
-    return fn(sequence, int(capacity), **kw)
+    seq = sequence.samples if isinstance(sequence, NodeSequence) else np.asarray(sequence)
+    if seq.ndim != 1 or (seq.size and (seq.dtype.kind not in "iu" or seq.min() < 0)):
+        raise InputError("cache: the access sequence must be a flat array of sample ids >= 0")
+    if isinstance(sequence, NodeSequence) and fn in _STEPPED:
+        return fn(sequence, int(capacity), **kw)
+    return fn(seq, int(capacity), **kw)

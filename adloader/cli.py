@@ -21,6 +21,7 @@ COMMANDS = (
     "adloader.workloads.cli_model",  # model samples | fit
     "adloader.workloads.cli_sim",  # sim | bench | demo
     "adloader.daemon.client_cli",  # submit | jobs | cancel | logs
+    "adloader.daemon.cli_daemon",  # daemon | run
 )
 
 

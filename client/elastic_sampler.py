@@ -1,19 +1,23 @@
-"""The batches of an epoch as a list, windows over it that a worker pool reads, threaded fetch.
+"""The batches of an epoch, windows over them, the worker pool reading one, threaded fetch.
 
 An ``ElasticDataLoader`` plans an epoch once (``epoch_batches``) and hands each worker pool a
-``BatchWindow``: the batches from a position on. Resizing cuts the old window where it stopped
-sending and opens the next one there, so every batch is read exactly once whatever the number
+``BatchWindow``: the batches from a position on. Resizing cuts the old window a little after where
+it stopped sending (so that it keeps the trainer fed while the new pool starts) and opens the
+next one there, so every batch is read exactly once whatever the number
 of pools (DESIGN.md, "the cleanest resize").
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 
 def epoch_batches(order: Sequence[int], batch_size: int | None, drop_last: bool) -> list:
@@ -60,10 +64,98 @@ class BatchWindow:
     def __len__(self) -> int:
         return self.stop - self.start
 
-    def cut(self) -> int:
-        """End the window at the first batch not handed out yet; returns that position."""
-        self.stop = self.next_pos
+    def cut(self, ahead: int = 0) -> int:
+        """End the window ``ahead`` batches after the first not handed out yet; returns the end."""
+        self.stop = min(self.stop, self.next_pos + ahead)
         return self.stop
+
+
+class WindowPool:
+    """One torch DataLoader (``workers`` processes) reading one window of the epoch.
+
+    With ``background`` the loader is built (its workers forked) in a thread, so the consumer
+    keeps reading the old pool, or finishes its step, while the new one starts.
+    """
+
+    def __init__(self, build: Callable[[], DataLoader], window: BatchWindow, workers: int,
+                 background: bool) -> None:
+        self.window, self.workers, self.delivered = window, workers, 0
+        self.created = time.perf_counter()
+        self.loader: DataLoader | None = None
+        self.iterator: Any = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        if background:
+            threading.Thread(target=self._build, args=(build,), name="adloader-pool",
+                             daemon=True).start()
+        else:
+            self._build(build)
+
+    def _build(self, build: Callable[[], DataLoader]) -> None:
+        try:
+            self.loader = build()
+            self.iterator = iter(self.loader)
+        except BaseException as exc:  # raised in the consumer's thread by wait()
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def wait(self) -> WindowPool:
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    @property
+    def drained(self) -> bool:
+        return self.delivered >= self.window.stop - self.window.start
+
+
+class Lookahead:
+    """How far past its sent batches an old pool keeps reading: L = ⌈startup / interval⌉.
+
+    ``startup`` (a new pool's creation to its first batch) and ``interval`` (the consumer's
+    wait + step per batch) are exponential moving averages of what the loader observes.
+    """
+
+    EMA = 0.3  # weight of a new observation
+    WAITED_S = 0.002  # a first batch that took longer than this was waited for
+    MAX = 64
+
+    def __init__(self, startup_s: float = 0.1) -> None:
+        self.startup_s = startup_s
+        self.interval_s: float | None = None
+
+    def batch(self, interval_s: float) -> None:
+        old = self.interval_s
+        self.interval_s = interval_s if old is None else old + self.EMA * (interval_s - old)
+
+    def started(self, created: float, asked: float, got: float) -> None:
+        """A pool's first batch, asked for at ``asked`` and got at ``got``; if it was ready
+        already, the pool started before ``asked`` and that only bounds the estimate."""
+        if got - asked > self.WAITED_S:
+            sample = got - created
+        else:
+            sample = min(self.startup_s, asked - created)
+        self.startup_s += self.EMA * (sample - self.startup_s)
+
+    def batches(self) -> int:
+        if self.interval_s is None:
+            return 0
+        return min(self.MAX, math.ceil(self.startup_s / max(self.interval_s, 1e-4)))
+
+
+def shutdown(pool: WindowPool) -> None:
+    pool._ready.wait()
+    stop = getattr(pool.iterator, "_shutdown_workers", None)  # joins the worker processes
+    if stop is not None:
+        stop()
+
+
+def shutdown_later(pool: WindowPool) -> None:
+    if pool.workers:
+        name = "adloader-retire"
+        threading.Thread(target=shutdown, args=(pool,), name=name, daemon=True).start()
 
 
 class ThreadedDataset(Dataset):

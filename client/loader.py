@@ -2,9 +2,10 @@
 
 The order of epoch e is ``adloader.order.rank_order`` (or the given sampler's), planned once
 as a list of batches. Each worker pool is a plain torch DataLoader reading a ``BatchWindow`` of
-that list. ``resize(n)`` cuts the running pool's window where it stopped sending, starts a pool
-of n workers there and lets the old one deliver what it had prefetched ("drain"), so nothing is
-lost, repeated or reordered, and the new pool warms up while the old one still feeds the trainer.
+that list. ``resize(n)`` ("drain") cuts the running pool's window L batches past where it has
+sent (L = ⌈pool startup / batch interval⌉, both learnt as it runs), starts a pool of n workers
+there in a background thread and lets the old one deliver up to the cut: nothing is lost,
+repeated or reordered, and the new pool starts while the old one still feeds the trainer.
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from adloader.client.elastic_sampler import (
     BatchWindow,
+    Lookahead,
     ThreadedDataset,
+    WindowPool,
     batch_count,
     epoch_batches,
+    shutdown,
+    shutdown_later,
 )
 from adloader.errors import InputError
 from adloader.order import rank_order, samples_per_rank
@@ -45,32 +50,6 @@ class BatchStats:
     samples: int  # batch size
 
 
-@dataclass
-class _Pool:
-    """One torch DataLoader (``workers`` processes) reading one window of the epoch."""
-
-    loader: DataLoader
-    iterator: Any
-    window: BatchWindow
-    workers: int
-    delivered: int = 0
-
-    @property
-    def drained(self) -> bool:
-        return self.delivered >= self.window.stop - self.window.start
-
-
-def _shutdown(pool: _Pool) -> None:
-    stop = getattr(pool.iterator, "_shutdown_workers", None)  # joins the worker processes
-    if stop is not None:
-        stop()
-
-
-def _shutdown_later(pool: _Pool) -> None:
-    if pool.workers:
-        threading.Thread(target=_shutdown, args=(pool,), name="adloader-retire", daemon=True).start()
-
-
 def _dist_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -79,15 +58,33 @@ def _dist_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
+class EpochIterator:
+    """The batches of one epoch; ``next`` goes through the loader (which may resize between)."""
+
+    def __init__(self, loader: ElasticDataLoader) -> None:
+        self._loader = loader
+
+    def __iter__(self) -> EpochIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self._loader._next(self)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+
 class ElasticDataLoader:
     """``DataLoader`` arguments plus ``seed``/``rank``/``world_size``/``threads``; resizable live.
 
-    Iterating the loader iterates its current epoch (the loader is its own iterator); a
-    completed epoch advances ``epoch`` by one, ``set_epoch`` picks one. ``on_batch`` (None or
-    a callable taking ``BatchStats``) runs in the consumer's thread before each batch is
-    returned and may call ``resize``/``release`` or block. ``handover`` picks how a resize
-    treats the old pool: "drain" (default), "restart" (new pool at the consumer's position,
-    old torn down in the background; prefetched batches re-read), "serial" (old torn down first).
+    One iteration at a time: ``iter(loader)`` (re)starts the current epoch, at the resume
+    position after ``load_state_dict``, and ends the previous iterator. A completed epoch
+    advances ``epoch`` by one; ``set_epoch`` picks one. ``on_batch`` (None or a callable taking
+    ``BatchStats``) runs in the consumer's thread before each batch is returned and may call
+    ``resize``/``release`` or block. ``handover`` picks how a resize treats the old pool:
+    "drain" (default), "restart" (new pool at the consumer's position, old torn down in the
+    background; prefetched batches re-read), "serial" (old torn down first, then the new).
+    With ``threads`` > 0 the workers see the dataset wrapped in a ``ThreadedDataset``.
     """
 
     def __init__(
@@ -149,9 +146,11 @@ class ElasticDataLoader:
         self._resume = 0  # where the next iteration starts (load_state_dict)
         self._batches: list | None = None  # the plan of the epoch being iterated
         self._consumed = 0
-        self._pools: deque[_Pool] = deque()
-        self._kept: _Pool | None = None  # a persistent pool between epochs
+        self._pools: deque[WindowPool] = deque()
+        self._kept: WindowPool | None = None  # a persistent pool between epochs
         self._last_return: float | None = None
+        self._active: EpochIterator | None = None
+        self._ahead = Lookahead()
 
     # ---- public controls -------------------------------------------------------------
     @property
@@ -186,7 +185,7 @@ class ElasticDataLoader:
     def close(self) -> None:
         with self._lock:
             self._shutdown_all()
-            self._batches = None
+            self._batches = self._active = None
 
     def set_epoch(self, epoch: int) -> None:
         with self._lock:
@@ -213,10 +212,12 @@ class ElasticDataLoader:
         mine = self.state_dict()
         for key in STATE_FIELDS:
             if state[key] != mine[key]:
-                raise InputError(f"loader state: {key} is {state[key]!r}, this loader has {mine[key]!r}")
+                raise InputError(
+                    f"loader state: {key} is {state[key]!r}, this loader has {mine[key]!r}"
+                )
         with self._lock:
             self._shutdown_all()
-            self._batches = None
+            self._batches = self._active = None
             self.seed, self._epoch, self._resume = int(state["seed"]), int(state["epoch"]), int(
                 state["consumed"]
             )
@@ -242,7 +243,7 @@ class ElasticDataLoader:
                                self.shuffle, drop_last=False).tolist()
         return epoch_batches(order, self.batch_size, self.drop_last)
 
-    def __iter__(self) -> ElasticDataLoader:
+    def __iter__(self) -> EpochIterator:
         with self._lock:
             if self._batches is not None:  # an abandoned iteration: start the epoch over
                 self._shutdown_all()
@@ -256,19 +257,22 @@ class ElasticDataLoader:
             ):
                 kept.window.reset(self._batches, self._consumed)
                 kept.iterator, kept.delivered = iter(kept.loader), 0
+                kept.created = time.perf_counter()
                 self._pools.append(kept)
             elif kept is not None:
-                _shutdown(kept)
+                shutdown(kept)
             if not self._pools and self._consumed < len(self._batches):
                 self._pools.append(self._start_pool(self._consumed))
-        return self
+            self._active = EpochIterator(self)
+            return self._active
 
-    def __next__(self) -> Any:
+    def _next(self, it: EpochIterator) -> Any:
         t0 = time.perf_counter()
         with self._lock:
-            if self._batches is None:
+            if it is not self._active or self._batches is None:
                 raise StopIteration
-            self._apply()
+            if self._dirty or self._want_release:
+                self._apply()
             if self._consumed >= len(self._batches):
                 self._end_epoch()
                 raise StopIteration
@@ -282,13 +286,16 @@ class ElasticDataLoader:
             self._consumed += 1
             if self._want_release:
                 self._apply()
+        now = time.perf_counter()
+        step = 0.0 if self._last_return is None else t0 - self._last_return
+        if self._last_return is not None:
+            self._ahead.batch(now - t0 + step)
         hook = self.on_batch
         if hook is not None:
-            now = time.perf_counter()
-            step = 0.0 if self._last_return is None else t0 - self._last_return
             samples = len(unit) if self._batched else 1
             hook(BatchStats(epoch, index, now - t0, step, workers, samples))
-        self._last_return = time.perf_counter()
+            now = time.perf_counter()  # the hook's time (a pause) is neither wait nor step
+        self._last_return = now
         return batch
 
     # ---- internals (the lock is held) -------------------------------------------------
@@ -321,20 +328,21 @@ class ElasticDataLoader:
             if self._consumed < len(self._batches):
                 self._pools.append(self._start_pool(self._consumed))
         elif self.handover == "drain":
-            start = pools[-1].window.cut()
+            ahead = self._ahead.batches() if self._target else 0  # 0 workers: no startup
+            start = pools[-1].wait().window.cut(ahead)
             if start < len(self._batches):
-                pools.append(self._start_pool(start))
+                pools.append(self._start_pool(start, background=True))
             self._retire_drained()
         elif self.handover == "restart":
-            new = self._start_pool(self._consumed)
+            new = self._start_pool(self._consumed, background=True)
             while pools:
-                _shutdown_later(pools.popleft())
+                shutdown_later(pools.popleft())
             pools.append(new)
         else:
             self._shutdown_all()
             pools.append(self._start_pool(self._consumed))
 
-    def _start_pool(self, start: int) -> _Pool:
+    def _start_pool(self, start: int, background: bool = False) -> WindowPool:
         assert self._batches is not None
         window = BatchWindow(self._batches, start)
         n = self._target
@@ -347,14 +355,15 @@ class ElasticDataLoader:
                           prefetch_factor=self.prefetch_factor,
                           persistent_workers=self.persistent_workers)
         if self._batched:
-            loader = DataLoader(self._fetch_dataset, batch_sampler=window, **kwargs)
+            kwargs["batch_sampler"] = window
         else:
-            loader = DataLoader(self._fetch_dataset, sampler=window, batch_size=None, **kwargs)
-        return _Pool(loader, iter(loader), window, n)
+            kwargs.update(sampler=window, batch_size=None)
+        build = lambda: DataLoader(self._fetch_dataset, **kwargs)  # noqa: E731
+        return WindowPool(build, window, n, background and n > 0)
 
     def _retire_drained(self) -> None:
         while len(self._pools) > 1 and self._pools[0].drained:
-            _shutdown_later(self._pools.popleft())
+            shutdown_later(self._pools.popleft())
 
     def _next_unit(self) -> Any:
         while True:
@@ -362,13 +371,16 @@ class ElasticDataLoader:
                 self._pools.append(self._start_pool(self._consumed))
             head = self._pools[0]
             if head.drained:
-                _shutdown_later(self._pools.popleft())
+                shutdown_later(self._pools.popleft())
                 continue
+            first = head.delivered == 0 and head.workers > 0
+            asked = time.perf_counter() if first else 0.0
             try:
-                batch = next(head.iterator)
-            except StopIteration:  # not expected; restart at the consumer's position
-                self._shutdown_all()
-                continue
+                batch = next(head.wait().iterator)
+            except StopIteration:
+                raise RuntimeError("a worker pool ended before its window") from None
+            if first:
+                self._ahead.started(head.created, asked, time.perf_counter())
             head.delivered += 1
             return batch
 
@@ -378,15 +390,15 @@ class ElasticDataLoader:
         if last is not None and self.persistent_workers and last.workers > 0:
             self._kept = last
         elif last is not None:
-            _shutdown_later(last)
-        self._batches = None
+            shutdown_later(last)
+        self._batches = self._active = None
         self._epoch += 1
         self._consumed = 0
         self._last_return = None
 
     def _shutdown_all(self) -> None:
         while self._pools:
-            _shutdown(self._pools.popleft())
+            shutdown(self._pools.popleft())
         if self._kept is not None:
-            _shutdown(self._kept)
+            shutdown(self._kept)
             self._kept = None

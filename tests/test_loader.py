@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
+from adloader.client.elastic_sampler import BatchWindow, Lookahead
 from adloader.client.loader import BatchStats, ElasticDataLoader
 from adloader.errors import InputError
 from adloader.order import rank_order
@@ -88,6 +89,41 @@ def test_resize_many_times_keeps_the_order(handover):
     assert seen == rank_order(3, 0, 96).tolist()
     assert set(counts) == {0, 1, 2, 3}
     assert ours.epoch == 1 and ours.consumed == 0
+
+
+class WhoLoads(Dataset):
+    """Sample i is (tensor([i]), tensor([pid of the process that loaded it]))."""
+
+    def __len__(self) -> int:
+        return 400  # > 12 batches + the 64 batches "drain" may read ahead
+
+    def __getitem__(self, i: int):
+        return torch.tensor([i]), torch.tensor([os.getpid()])
+
+
+@pytest.mark.parametrize("handover", ["drain", "restart", "serial"])
+def test_resize_hands_the_batches_to_the_new_pool(handover):
+    ours = loader(WhoLoads(), num_workers=2, handover=handover)
+    it, main = iter(ours), os.getpid()
+
+    def take(k: int) -> tuple[list[int], list[int]]:
+        got = [next(it) for _ in range(k)] if k else list(it)
+        return indices(got), [int(pid.flatten()[0]) for _, pid in got]  # one loader a batch
+
+    seen, before = take(4)
+    assert main not in before and len(set(before)) == 2
+    ours.resize(0)
+    got, after = take(8)
+    seen += got
+    old = 0 if handover != "drain" else next(k for k, p in enumerate(after) if p == main)
+    assert old <= 4 and set(after[:old]) <= set(before) and set(after[old:]) == {main}
+    ours.resize(1)  # "drain" loads a few more batches here while the new worker starts
+    got, last = take(0)
+    seen += got
+    ahead = next(k for k, p in enumerate(last) if p != main)
+    assert ahead == 0 or handover == "drain"
+    assert len(set(last[ahead:])) == 1 and not set(last[ahead:]) & {main, *before}
+    assert seen == list(range(400))
 
 
 def test_resize_from_another_thread():
@@ -266,3 +302,34 @@ def test_bad_arguments_are_input_errors():
         loader(sampler=[0, 1], shuffle=True)
     with pytest.raises(InputError, match="rank"):
         loader(rank=2, world_size=2)
+
+
+def test_resize_bench_quick_loses_nothing():
+    from adloader.workloads.bench_resize import run_resize_bench
+
+    result = run_resize_bench(quick=True)
+    assert {r["handover"] for r in result["resize"]} == {"drain", "restart", "serial"}
+    for run in result["resize"]:
+        assert run["in_order"] and run["lost"] == run["repeated"] == 0
+        assert run["resizes"] >= 4 and run["batches"] == (run["resizes"] + 1) * 3
+    assert {(o["dataset"], o["workers"]) for o in result["overhead"]} == {
+        ("jpeg", 0), ("jpeg", 2), ("tiny", 0), ("tiny", 2)}
+    assert all(o["ratio"] > 0 for o in result["overhead"])
+
+
+def test_lookahead_learns_startup_and_the_window_cut_respects_it():
+    ahead = Lookahead(startup_s=0.1)
+    assert ahead.batches() == 0  # no interval seen yet
+    ahead.batch(0.01)
+    assert ahead.batches() == 10
+    ahead.started(created=0.0, asked=0.05, got=0.5)  # waited: started after 0.5 s
+    assert ahead.startup_s == pytest.approx(0.1 + 0.3 * 0.4)
+    ahead.started(created=0.0, asked=0.02, got=0.0201)  # ready when asked: at most 0.02 s
+    assert ahead.startup_s < 0.22 - 0.05
+    ahead.started(created=0.0, asked=9.0, got=9.0001)  # ready long ago: bounds nothing
+    assert ahead.startup_s < 0.22 - 0.05
+    window = BatchWindow(list(range(10)), 2)
+    it = iter(window)
+    assert [next(it), next(it)] == [2, 3]
+    assert window.cut(3) == 7 and list(it) == [4, 5, 6]
+    assert window.cut(99) == 7  # a cut never extends a window

@@ -2,10 +2,12 @@
 
 (a) ≥ 1,000 resizes at batch boundaries, cycling the worker count through ``pattern`` (1→2→0→2→1:
 both 1↔2 and 0↔2), over real JPEG decoding with a consumer that sleeps a step: the indices
-yielded must equal the uninterrupted order (lost = repeated = 0). Stall of one resize = time in
-``resize()`` + the wait of the next batch − the median wait of an uninterrupted run with the new
-worker count; the "interval" stall sums the excess waits up to the next resize (a drained old
-pool delays the new pool's first batch). The other handovers run fewer resizes for comparison.
+yielded must equal the uninterrupted order (lost = repeated = 0). ``resize()`` is called right
+before ``__next__`` (the worst place: no step left to hide a pool's start behind). Stall of one
+resize = time in ``resize()`` + the wait of the next batch − the median wait of an uninterrupted
+run with the new worker count; the "interval" stall sums those excess waits over every batch up
+to the next resize (with "drain" the old pool still serves a few batches and the new pool's
+first one comes later). "restart" and "serial" handovers run fewer resizes, for comparison.
 (b) Per-batch time of ElasticDataLoader vs ``torch.utils.data.DataLoader``, same workers and
 order, runs alternating, median of several; on the JPEG dataset and on a tiny in-memory one
 where the loader's own per-batch cost shows.
@@ -13,6 +15,7 @@ where the loader's own per-batch cost shows.
 
 from __future__ import annotations
 
+import multiprocessing
 import statistics
 import tempfile
 import time
@@ -57,6 +60,14 @@ class _Tiny(Dataset):
         return self.data[i], i
 
 
+def _settle(limit_s: float = 10.0) -> None:
+    """Wait until the worker processes of the previous run have exited (so no run pays for
+    the last one's teardown, which ElasticDataLoader does off the consumer's path)."""
+    deadline = time.monotonic() + limit_s
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -73,6 +84,7 @@ def _baseline(jpeg, size, workers, batch_size, step_s, seed) -> float:
     loader.on_batch = lambda s: waits.append(s.wait_s)
     for _ in loader:
         time.sleep(step_s)
+    _settle()
     return statistics.median(waits[5:] or waits)
 
 
@@ -99,12 +111,16 @@ def _resize_run(jpeg, handover, resizes, every, pattern, batch_size, step_s, see
             if progress and len(events) % 50 == 0:
                 progress(f"resize {handover}", len(events), resizes)
     elapsed = time.perf_counter() - start
+    _settle()
     expected = rank_order(seed, 0, size, shuffle=True).tolist()
     stall, interval, calls = [], [], []
-    for first, n, call in events:
+    by_move: dict[str, list[float]] = {}
+    for k, (first, n, call) in enumerate(events):
         stall.append(call + waits[first] - base[n])
         interval.append(call + sum(w - base[n] for w in waits[first : first + every]))
         calls.append(call)
+        move = f"{events[k - 1][1] if k else pattern[0]}->{n}"
+        by_move.setdefault(move, []).append(interval[-1])
     return {
         "handover": handover, "resizes": len(events), "batches": len(waits),
         "in_order": seen == expected,
@@ -113,20 +129,32 @@ def _resize_run(jpeg, handover, resizes, every, pattern, batch_size, step_s, see
         "stall_median_ms": _ms(statistics.median(stall)), "stall_p95_ms": _ms(_pct(stall, 95)),
         "interval_stall_median_ms": _ms(statistics.median(interval)),
         "interval_stall_p95_ms": _ms(_pct(interval, 95)),
+        "interval_stall_mean_ms": _ms(statistics.fmean(interval)),
         "resize_call_median_ms": _ms(statistics.median(calls)),
+        "interval_stall_median_ms_by_move": {
+            m: _ms(statistics.median(v)) for m, v in sorted(by_move.items())
+        },
+        "ms_per_batch": _ms(elapsed / len(waits)),
         "elapsed_s": round(elapsed, 2),
     }
 
 
-def _epoch_time(loader) -> float:
-    t = time.perf_counter()
-    for _ in loader:
-        pass
-    return time.perf_counter() - t
+def _per_batch(loader) -> float:
+    """Seconds per batch from the first batch to the last: pool start and teardown left out."""
+    it = iter(loader)
+    next(it)
+    t, count = time.perf_counter(), 0
+    for _ in it:
+        count += 1
+    return (time.perf_counter() - t) / max(count, 1)
 
 
 def _overhead(dataset, workers, batch_size, runs, seed) -> dict:
-    """Median per-batch time of torch's DataLoader and ours, same order, runs alternating."""
+    """Median per-batch time of torch's DataLoader and ours, same order, runs alternating.
+
+    Measured from the first batch to the last: torch joins its workers inline at the end of an
+    epoch and ElasticDataLoader in a background thread, which would flatter the latter.
+    """
     order = rank_order(seed, 0, len(dataset), shuffle=True).tolist()
     ctx = CTX if workers else None
     times: dict[str, list[float]] = {"torch": [], "elastic": []}
@@ -137,7 +165,8 @@ def _overhead(dataset, workers, batch_size, runs, seed) -> dict:
                          multiprocessing_context=ctx)
         pair = [("torch", ref), ("elastic", ours)]
         for name, loader in pair if r % 2 == 0 else pair[::-1]:
-            times[name].append(_epoch_time(loader) / len(loader))
+            times[name].append(_per_batch(loader))
+            _settle()
     t_torch, t_ours = statistics.median(times["torch"]), statistics.median(times["elastic"])
     return {
         "workers": workers, "batches": -(-len(dataset) // batch_size), "runs": runs,
@@ -156,7 +185,7 @@ def run_resize_bench(
 ) -> dict:
     """Run (a) and (b); ``quick`` shrinks every count so that it takes seconds (tests)."""
     if quick:
-        resizes, compare_resizes, overhead_runs, overhead_batches = 24, 8, 3, 10
+        resizes, compare_resizes, overhead_runs, overhead_batches = 12, 4, 2, 8
     if resizes < 1 or every < 1 or batch_size < 1 or len(pattern) < 2 or min(pattern) < 0:
         raise InputError("bench resize: need resizes, every, batch_size >= 1 and a pattern of "
                          ">= 2 worker counts >= 0")
@@ -164,7 +193,7 @@ def run_resize_bench(
     with tempfile.TemporaryDirectory(prefix="adloader-bench-") as tmp:
         jpeg = SyntheticJPEGDataset(root or tmp, size=1 << 30, image_size=(image_size, image_size),
                                     crop=crop, images=64, seed=seed)
-        base_batches = 20 if quick else 60
+        base_batches = 12 if quick else 60
         base = {}
         for n in sorted(set(pattern)):
             base[n] = _baseline(jpeg, base_batches * batch_size, n, batch_size, step_s, seed)
@@ -182,7 +211,7 @@ def run_resize_bench(
                     size = overhead_batches * batch_size
                     dataset = _Indexed(jpeg, size)
                 else:
-                    dataset = _Tiny(overhead_batches * 20 * batch_size)
+                    dataset = _Tiny(overhead_batches * (10 if quick else 20) * batch_size)
                 row = _overhead(dataset, workers, batch_size, overhead_runs, seed)
                 overhead.append({"dataset": kind, **row})
                 if progress:

@@ -1,0 +1,135 @@
+"""The live system with real processes: a daemon, jobs over ZeroMQ, REST, SQLite."""
+
+import os
+import signal
+
+import pytest
+import zmq
+from daemon_harness import Daemon, wait_for
+
+from adloader.protocol import Finish, Heartbeat, encode
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(tmp_path / "state").start()
+    yield d
+    d.stop()
+    for log in (tmp_path / "state" / "logs").glob("*.log"):  # any job still running
+        for pid in _pids_writing(log):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _pids_writing(log):
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if any(f.path == str(log) for f in proc.open_files()):
+                out.append(proc.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def test_submitted_job_runs_and_finishes(daemon):
+    job = daemon.submit("one", iterations=20)
+    wait_for(lambda: daemon.job(job)["state"] == "finished", 90, "the job to finish")
+    view = daemon.job(job)
+    assert view["exit_code"] == 0 and view["iteration"] == 20
+    kinds = [e["kind"] for e in daemon.events(job=job)]
+    assert kinds.index("launched") < kinds.index("registered") < kinds.index("finished")
+    wait_for(lambda: "trained smResnet20: 20 iterations" in
+             daemon.http.get(f"/v1/jobs/{job}/log").text, 10, "the job's log")
+
+
+def test_workers_move_when_a_job_arrives_and_when_it_finishes(daemon):
+    first = daemon.submit("long", iterations=100000, step_scale=2.0)
+    wait_for(lambda: (daemon.job(first)["iteration"] or 0) > 5, 90, "the first job to train")
+    assert daemon.job(first)["workers"] == 4  # alone: the whole node
+    second = daemon.submit("short", iterations=40)
+    wait_for(lambda: daemon.events("resize", first), 60, "a resize of the first job")
+    shrunk = daemon.events("resize", first)[0]["data"]["workers"]
+    assert 1 <= shrunk < 4
+    alloc = daemon.http.get("/v1/allocations").json()
+    assert sum(alloc["jobs"].values()) <= 4
+    wait_for(lambda: daemon.job(second)["state"] == "finished", 120, "the second job to finish")
+    wait_for(lambda: daemon.job(first)["workers"] == 4, 30, "the first job to get workers back")
+    before = daemon.job(first)["iteration"]
+    wait_for(lambda: daemon.job(first)["iteration"] > before + 5, 30, "training to go on")
+
+
+def test_sigkilled_job_is_lost_and_its_workers_reclaimed(daemon):
+    victim = daemon.submit("victim", iterations=100000, step_scale=2.0)
+    other = daemon.submit("other", iterations=100000, step_scale=2.0)
+    wait_for(lambda: all((daemon.job(j)["iteration"] or 0) > 3 for j in (victim, other)), 120,
+             "both jobs to train")
+    assert daemon.job(other)["workers"] < 4
+    os.killpg(daemon.job(victim)["pid"], signal.SIGKILL)
+    # two heartbeat intervals (0.25 s) plus one second of grace, then an immediate replan
+    wait_for(lambda: daemon.job(victim)["state"] == "lost", 5, "the killed job to be lost")
+    wait_for(lambda: daemon.job(other)["workers"] == 4, 10, "its workers to go to the other")
+
+
+def test_daemon_killed_and_restarted_loses_no_job(daemon, tmp_path):
+    job = daemon.submit("survivor", iterations=1500, step_scale=2.0)
+    wait_for(lambda: (daemon.job(job)["iteration"] or 0) > 5, 90, "the job to train")
+    daemon.kill()
+    restarted = Daemon(daemon.state_dir, port=daemon.port).start()
+    try:
+        assert restarted.job(job)["state"] == "running"
+        seen = restarted.job(job)["iteration"] or 0
+        wait_for(lambda: (restarted.job(job)["iteration"] or 0) > seen, 30,
+                 "heartbeats from the job to reach the restarted daemon")
+        wait_for(lambda: restarted.job(job)["state"] == "finished", 120,
+                 "the job to finish under the restarted daemon")
+        assert restarted.job(job)["exit_code"] in (0, None)
+        assert restarted.events("recovered", job)
+    finally:
+        restarted.stop()
+
+
+def test_malformed_frames_and_forged_messages_change_nothing(daemon):
+    job = daemon.submit("target", iterations=100000, step_scale=2.0)
+    wait_for(lambda: (daemon.job(job)["iteration"] or 0) > 3, 90, "the job to train")
+    ctx = zmq.Context()
+    try:
+        for identity in (b"intruder", job.encode() + b"-x"):
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.IDENTITY, identity)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(f"ipc://{daemon.state_dir / 'control.sock'}")
+            sock.send(b"not json")
+            sock.send_multipart([b"two", b"frames"])
+            sock.send(b"x" * 100_000)
+            forged = [Finish(job=job, token="guess", iterations=1),
+                      Heartbeat(job=job, token="guess", iteration=0, step_s=0, data_wait_s=0,
+                                samples_per_s=0, workers=0)]
+            for msg in forged:
+                sock.send(encode(msg))
+            sock.close()
+        wait_for(lambda: daemon.metric("adloader_refused_messages_total") >= 4, 10,
+                 "the forged messages to be refused")
+        wait_for(lambda: daemon.metric("adloader_dropped_frames_total") >= 2, 10,
+                 "the malformed frames to be dropped")
+    finally:
+        ctx.term()
+    assert daemon.job(job)["state"] == "running"
+    before = daemon.job(job)["iteration"]
+    wait_for(lambda: daemon.job(job)["iteration"] > before + 3, 30, "training to go on")
+    assert daemon.http.get("/healthz").json()["status"] == "ok"
+
+
+def test_bad_rest_bodies_are_4xx(daemon):
+    r = daemon.http.post("/v1/jobs", json={"name": "x", "command": ["true"], "model": "Resnet7",
+                                           "batch_size": 8, "iterations": 1})
+    assert 400 <= r.status_code < 500 and "model" in r.text
+    r = daemon.http.post("/v1/jobs", json={"name": "x", "command": ["true"], "model": "Resnet18",
+                                           "batch_size": 8, "iterations": 1, "gpus": 64})
+    assert 400 <= r.status_code < 500 and "gpus" in r.text
+    assert daemon.http.get("/v1/jobs/j-999999").status_code == 404
+    assert daemon.http.get("/v1/jobs", headers={"Authorization": "Bearer nope"}).status_code == 401
