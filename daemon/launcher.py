@@ -8,6 +8,7 @@ ADLOADER_TOKEN, ADLOADER_WORKERS and ADLOADER_GPU_IDS (plus CUDA_VISIBLE_DEVICES
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -87,10 +88,8 @@ class Launcher:
             else:
                 psutil.Process(pid).wait(grace_s)
         except (subprocess.TimeoutExpired, psutil.TimeoutExpired):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         except psutil.Error:
             pass
 
@@ -110,8 +109,6 @@ def job_cpu_percent(pid: int | None) -> float:
         return 0.0
     total = 0.0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             total += p.cpu_percent(interval=None)
-        except psutil.Error:
-            pass
     return total

@@ -9,6 +9,7 @@ one lock and leave messages in an outbox for the control thread.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import secrets
 import threading
@@ -174,10 +175,8 @@ class Node:
 
     # -- the online model ------------------------------------------------------------
     def _refit_quietly(self) -> None:
-        try:
+        with contextlib.suppress(InputError):
             self.fit_model(quiet=True)
-        except InputError:
-            pass
 
     def fit_model(self, quiet: bool = False) -> dict:
         """Refit from the node's own samples; each part keeps the prior until it has some."""

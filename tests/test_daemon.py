@@ -1,5 +1,6 @@
 """The live system with real processes: a daemon, jobs over ZeroMQ, REST, SQLite."""
 
+import contextlib
 import os
 import signal
 
@@ -17,10 +18,8 @@ def daemon(tmp_path):
     d.stop()
     for log in (tmp_path / "state" / "logs").glob("*.log"):  # any job still running
         for pid in _pids_writing(log):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _pids_writing(log):
@@ -101,7 +100,7 @@ def test_malformed_frames_and_forged_messages_change_nothing(daemon):
         for identity in (b"intruder", job.encode() + b"-x"):
             sock = ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.IDENTITY, identity)
-            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.LINGER, 2000)  # deliver before close
             sock.connect(f"ipc://{daemon.state_dir / 'control.sock'}")
             sock.send(b"not json")
             sock.send_multipart([b"two", b"frames"])

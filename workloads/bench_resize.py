@@ -16,6 +16,7 @@ where the loader's own per-batch cost shows.
 from __future__ import annotations
 
 import multiprocessing
+import random
 import statistics
 import tempfile
 import time
@@ -139,14 +140,23 @@ def _resize_run(jpeg, handover, resizes, every, pattern, batch_size, step_s, see
     }
 
 
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
 def _per_batch(loader) -> float:
-    """Seconds per batch from the first batch to the last: pool start and teardown left out."""
+    """Seconds per batch from the first batch to the last: pool start and teardown (which
+    torch does inline in the ``next`` that ends the epoch) left out."""
     it = iter(loader)
     next(it)
-    t, count = time.perf_counter(), 0
-    for _ in it:
-        count += 1
-    return (time.perf_counter() - t) / max(count, 1)
+    count = len(loader) - 1
+    t = time.perf_counter()
+    for _ in range(count):
+        next(it)
+    elapsed = time.perf_counter() - t
+    for _ in it:  # end the epoch (teardown) outside the clock
+        pass
+    return elapsed / max(count, 1)
 
 
 def _overhead(dataset, workers, batch_size, runs, seed) -> dict:
@@ -158,13 +168,14 @@ def _overhead(dataset, workers, batch_size, runs, seed) -> dict:
     order = rank_order(seed, 0, len(dataset), shuffle=True).tolist()
     ctx = CTX if workers else None
     times: dict[str, list[float]] = {"torch": [], "elastic": []}
-    for r in range(runs):
-        ours = ElasticDataLoader(dataset, batch_size, shuffle=True, seed=seed,
-                                 num_workers=workers, multiprocessing_context=ctx)
+    for r in range(runs):  # same seeds on both sides: same augmentations, same work
+        ours = ElasticDataLoader(dataset, batch_size, shuffle=True, seed=seed, num_workers=workers,
+                                 multiprocessing_context=ctx, generator=_gen(seed + r))
         ref = DataLoader(dataset, batch_size, sampler=order, num_workers=workers,
-                         multiprocessing_context=ctx)
+                         multiprocessing_context=ctx, generator=_gen(seed + r))
         pair = [("torch", ref), ("elastic", ours)]
         for name, loader in pair if r % 2 == 0 else pair[::-1]:
+            random.seed(seed + r)
             times[name].append(_per_batch(loader))
             _settle()
     t_torch, t_ours = statistics.median(times["torch"]), statistics.median(times["elastic"])
@@ -179,7 +190,7 @@ def _overhead(dataset, workers, batch_size, runs, seed) -> dict:
 def run_resize_bench(
     resizes: int = 1000, every: int = 3, pattern: tuple[int, ...] = (1, 2, 0, 2),
     batch_size: int = 8, step_ms: float = 5.0, crop: int = 64, image_size: int = 128,
-    compare_resizes: int = 200, overhead_runs: int = 5, overhead_batches: int = 60,
+    compare_resizes: int = 200, overhead_runs: int = 9, overhead_batches: int = 60,
     seed: int = 0, root: str | None = None, quick: bool = False,
     progress: Progress | None = None,
 ) -> dict:
@@ -211,7 +222,7 @@ def run_resize_bench(
                     size = overhead_batches * batch_size
                     dataset = _Indexed(jpeg, size)
                 else:
-                    dataset = _Tiny(overhead_batches * (10 if quick else 20) * batch_size)
+                    dataset = _Tiny(overhead_batches * 10 * batch_size)
                 row = _overhead(dataset, workers, batch_size, overhead_runs, seed)
                 overhead.append({"dataset": kind, **row})
                 if progress:

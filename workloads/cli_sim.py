@@ -15,7 +15,7 @@ from adloader.workloads import bench, synth
 from adloader.workloads.cli_model import describe, load_model, score_table, wide_console
 from adloader.workloads.plot import plot_timelines
 from adloader.workloads.profile import load_profile
-from adloader.workloads.simulator import SimConfig, simulate
+from adloader.workloads.simulator import LIVE_RESIZE_S, SimConfig, simulate
 from adloader.workloads.trace import load_trace
 
 
@@ -31,6 +31,8 @@ def _setup(args):
     model = load_model(args.model) if args.model else synth.fitted_model(profile, args.seed)
     config = SimConfig(capacity=args.cores, arrival_window_s=args.window,
                        completion_window_s=args.window, realloc_cost_s=args.realloc_cost)
+    if args.realloc_cost < 0:
+        raise InputError("--realloc-cost must be at least 0")
     if args.cores is not None and args.cores < 1:
         raise InputError("--cores must be at least 1")
     return profile, model, config
@@ -106,7 +108,7 @@ def _bench(args) -> int:
         console.print(table)
         return 0
     profile, model, config = _setup(args)
-    cost = profile.realloc_cost_s if config.realloc_cost_s is None else config.realloc_cost_s
+    cost = config.realloc_cost_s
     console.print(f"profile {profile.name!r}: {profile.device or profile.description[:60]}; "
                   f"{config.capacity or profile.loading_workers} loading workers, "
                   f"reallocation cost {cost:g} s")
@@ -135,7 +137,7 @@ def _demo(args) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     ns = argparse_namespace(which="static", profile=args.profile, model=None, seed=args.seed,
-                            cores=None, window=30.0, realloc_cost=None,
+                            cores=None, window=30.0, realloc_cost=LIVE_RESIZE_S,
                             json=str(out / "static.json"), plot=str(out / "static-timeline.png"))
     return _bench(ns)
 
@@ -156,8 +158,10 @@ def _common(p, trace_flags=True) -> None:
                    help="loading workers of the node (default: the profile's)")
     p.add_argument("--window", type=float, default=float(env_default("window", 30.0)),
                    help="arrival and completion buffer windows, seconds (paper: 30)")
-    p.add_argument("--realloc-cost", type=float, default=env_default("realloc_cost"),
-                   help="seconds a resized job stalls (default: the profile's)")
+    p.add_argument("--realloc-cost", type=float,
+                   default=float(env_default("realloc_cost", LIVE_RESIZE_S)),
+                   help="seconds a resized job stalls (default: adloader's live resize, "
+                        f"{LIVE_RESIZE_S} s; the paper's pause-and-retrieve: 16)")
     p.add_argument("--json", default=env_default("json"), help="write the result as JSON")
     p.add_argument("--plot", default=env_default("plot"), help="write the timeline PNG")
 

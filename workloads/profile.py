@@ -30,7 +30,6 @@ class DeviceProfile:
     node_loading: tuple[float, ...]  # L(D) samples/s for D = 0, 1, ...; flat past the end
     step_noise: float = 0.03
     loading_noise: float = 0.02
-    realloc_cost_s: float = 16.0
     max_jobs_per_gpu: int = 2
     device: str = ""
     description: str = ""
@@ -90,7 +89,6 @@ def _from_dict(data: dict, origin: str) -> DeviceProfile:
             node_loading=tuple(float(x) for x in loading),
             step_noise=float(data.get("step_noise", 0.03)),
             loading_noise=float(data.get("loading_noise", 0.02)),
-            realloc_cost_s=float(data.get("realloc_cost_s", 16.0)),
             max_jobs_per_gpu=int(data.get("max_jobs_per_gpu", 2)),
             device=str(data.get("device", "")),
             description=str(data.get("description", "")),
