@@ -22,6 +22,7 @@ COMMANDS = (
     "adloader.workloads.cli_sim",  # sim | bench | demo
     "adloader.daemon.client_cli",  # submit | jobs | cancel | logs
     "adloader.daemon.cli_daemon",  # daemon | run
+    "adloader.workloads.cli_replay",  # replay
 )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import nnls
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
@@ -139,19 +140,21 @@ class LoadingRateModel:
 
     @staticmethod
     def _fit_stages(data: np.ndarray) -> tuple[Stages, np.ndarray]:
-        """Breakpoints k1 < k2 by least squares over every integer pair in the samples' range."""
+        """Breakpoints k1 < k2 by least squares over every integer pair in the samples' range,
+        each stage's slope no steeper than the one before (contention never helps)."""
         d, node, y = data[:, 0], data[:, 1], data[:, 2]
         top = int(node.max())
-        best = None  # grid search of the breakpoints by plain least squares, then sklearn
+        sign = np.array([1.0, -1.0, -1.0])  # slopes never rise: β0 ≥ 0, β1 ≤ 0, β2 ≤ 0
+        best = None  # grid search of the breakpoints by non-negative least squares
         for k1 in range(1, top + 1):
             for k2 in range(k1 + 1, top + 2):
-                x = _hinges(d, node, k1, k2)
-                coef = np.linalg.lstsq(x, y, rcond=None)[0]
-                sse = float(np.sum((x @ coef - y) ** 2))
-                if best is None or sse < best[0] - 1e-9 * abs(best[0]):
-                    best = (sse, k1, k2)
+                x = _hinges(d, node, k1, k2) * sign
+                coef, residual = nnls(x, y)
+                if best is None or residual < best[0] - 1e-9 * abs(best[0]):
+                    best = (residual, k1, k2)
         _, k1, k2 = best
-        beta = LinearRegression(fit_intercept=False).fit(_hinges(d, node, k1, k2), y).coef_
+        fit = LinearRegression(fit_intercept=False, positive=True)
+        beta = fit.fit(_hinges(d, node, k1, k2) * sign, y).coef_ * sign
         slopes = (beta[0], beta[0] + beta[1], beta[0] + beta[1] + beta[2])
         return Stages(k1, k2, tuple(float(s) for s in slopes)), beta
 

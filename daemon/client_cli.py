@@ -35,14 +35,20 @@ class DaemonFailed(Exception):
     """The daemon answered 5xx: not the user's fault (exit 1)."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``submit``, ``jobs``, ``cancel`` and ``logs`` to the ``adloader`` parser."""
+def common_parser() -> argparse.ArgumentParser:
+    """--url and --token-file, shared by every command that talks to the daemon."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=env_default("url", DEFAULT_URL),
                         help=f"the daemon's REST address (default {DEFAULT_URL})")  # fmt: skip
     common.add_argument("--token-file", default=env_default("token-file", None),
                         help="bearer token file (default: the daemon's; "
                              "ADLOADER_TOKEN overrides it)")  # fmt: skip
+    return common
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``submit``, ``jobs``, ``cancel`` and ``logs`` to the ``adloader`` parser."""
+    common = common_parser()
 
     p = sub.add_parser("submit", parents=[common], help="submit a training job to the daemon",
                        usage="%(prog)s [options] (JOB.toml | -- COMMAND...)")  # fmt: skip

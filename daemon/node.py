@@ -29,7 +29,10 @@ from adloader.protocol import ProtocolError
 from adloader.throughput import LoadingRateModel, ThroughputModel, TrainingRateModel
 
 log = logging.getLogger("adloader.daemon")
-REFIT_EVERY = 10  # new samples between online refits
+REFIT_EVERY = 10  # new samples between online refits ...
+REFIT_INTERVAL_S = 20.0  # ... and at most one refit in this long
+SAMPLE_INTERVAL_S = 2.0  # one sample per job in this long (heartbeats come faster)
+FIT_WINDOW = 2000  # the newest samples of each kind a fit uses
 MIN_REAL = 6  # real samples of a kind before they replace the prior
 
 
@@ -64,6 +67,9 @@ class Node:
         self.outbox: collections.deque = collections.deque()
         self.counters = collections.Counter()
         self.new_samples = 0
+        self.last_refit = 0.0
+        self.refitting = False
+        self.last_sample: dict[str, float] = {}
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,6 +163,8 @@ class Node:
                                                       "workers": job.workers,
                                                       "gpu_ids": list(job.gpu_ids)})
         for job in actions.changed:
+            if job.origin == "attached" and self.store.get_job(job.id) is None:
+                self._store_attached(job)
             fields = {"state": job.state, "workers": job.workers}
             if job.state in FINAL_STATES:
                 fields["finished_at"] = now
@@ -166,12 +174,30 @@ class Node:
         for job_id, kind, data in actions.events:
             self.store.add_event(job_id, kind, data)
         for job_id, sample in actions.samples:
-            self.store.add_sample(job_id, sample)
-            self.new_samples += 1
-        if self.new_samples >= REFIT_EVERY:
-            self.new_samples = 0
+            key = f"{job_id}/{type(sample).__name__}"
+            if time.monotonic() - self.last_sample.get(key, -1e9) >= SAMPLE_INTERVAL_S:
+                self.last_sample[key] = time.monotonic()
+                self.store.add_sample(job_id, sample)
+                self.new_samples += 1
+        if (self.new_samples >= REFIT_EVERY and not self.refitting
+                and time.monotonic() - self.last_refit >= REFIT_INTERVAL_S):
+            self.new_samples, self.refitting = 0, True
+            self.last_refit = time.monotonic()
             threading.Thread(target=self._refit_quietly, daemon=True).start()
         self.outbox.extend(actions.send)
+
+    def _store_attached(self, job: LiveJob) -> None:
+        """A job started by hand gets a record like a submitted one (its own id)."""
+        import re
+
+        from adloader.jobspec import JobSpec
+
+        name = re.sub(r"[^A-Za-z0-9._-]", "-", job.id)[:64] or "attached"
+        spec = JobSpec(name=name, command=["(started by hand)"], batch_size=job.batch_size,
+                       gpus=job.gpus, iterations=job.iterations,
+                       features={"flops_g": job.flops_g, "params_m": job.params_m})
+        self.store.add_job(spec, job.token, origin="attached", state="running",
+                           job_id=job.id)
 
     # -- the online model ------------------------------------------------------------
     def _refit_quietly(self) -> None:
@@ -183,12 +209,14 @@ class Node:
         with self._refit_lock:
             with self.lock:
                 training, loading = self.store.samples()
+            training, loading = training[-FIT_WINDOW:], loading[-FIT_WINDOW:]
             if not quiet and len(training) < MIN_REAL and len(loading) < MIN_REAL:
                 raise InputError(f"too few samples to refit: {len(training)} training, "
                                  f"{len(loading)} loading (need {MIN_REAL} of one kind)")
             part_t = (TrainingRateModel.fit(training) if len(training) >= MIN_REAL
                       else self.prior.training)
-            part_l = (LoadingRateModel.fit(loading) if len(loading) >= MIN_REAL
+            spread = len({s.node_workers for s in loading})  # stages need several totals
+            part_l = (LoadingRateModel.fit(loading) if len(loading) >= MIN_REAL and spread >= 4
                       else self.prior.loading)
             model = ThroughputModel(part_t, part_l)
             with self.lock:

@@ -46,6 +46,8 @@ class LiveJob:
     submitted: float = 0.0
     registered: bool = False  # heard from its master: only then can it be lost
     exit_code: int | None = None
+    busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
+    wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
 
     @property
     def remaining_samples(self) -> float:
@@ -131,7 +133,9 @@ class Scheduler:
         job.exit_code = exit_code
         if iterations is not None:
             job.iteration = iterations
-        out = Actions(changed=[job], events=[(job.id, state, {"exit_code": exit_code})])
+        out = Actions(changed=[job], events=[(job.id, state, {
+            "exit_code": exit_code, "iterations": job.iteration,
+            "busy_s": round(job.busy_s, 3), "wait_s": round(job.wait_s, 3)})])
         if was_running:
             # a finish waits in the completion buffer; a lost or failed job frees its
             # workers at once (DESIGN.md: reclaimed and redistributed)
@@ -239,6 +243,9 @@ class Scheduler:
     def _heartbeat(self, job: LiveJob, msg: Heartbeat) -> Actions:
         """Progress, and samples for the TPM: μ when the GPU never waits, λ when it does."""
         job.registered = True
+        steps = max(0, msg.iteration - job.iteration)
+        job.busy_s += steps * msg.step_s
+        job.wait_s += steps * msg.data_wait_s
         job.iteration, job.throughput = msg.iteration, msg.samples_per_s
         job.step_s, job.data_wait_s = msg.step_s, msg.data_wait_s
         job.seq = max(job.seq, msg.applied_seq)

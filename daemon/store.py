@@ -126,14 +126,17 @@ class Store:
 
     # -- jobs --------------------------------------------------------------------------
     def add_job(self, spec: JobSpec, token: str, origin: str = "rest", state: str = "queued",
-                t: float | None = None) -> str:
-        """Store a new job; returns its id (``j-000001``...)."""
+                t: float | None = None, job_id: str | None = None) -> str:
+        """Store a new job; returns its id (``j-000001``..., or ``job_id`` when given: a job
+        started by hand names itself)."""
         _check("state", state, JOB_STATES)
         _check("origin", origin, ORIGINS)
         with self._transaction() as db:
-            (last,) = db.execute(
-                "SELECT COALESCE(MAX(CAST(substr(id, 3) AS INTEGER)), 0) FROM jobs").fetchone()
-            job_id = f"j-{last + 1:06d}"
+            if job_id is None:
+                (last,) = db.execute(
+                    "SELECT COALESCE(MAX(CAST(substr(id, 3) AS INTEGER)), 0) FROM jobs "
+                    "WHERE id LIKE 'j-%'").fetchone()
+                job_id = f"j-{last + 1:06d}"
             db.execute(
                 "INSERT INTO jobs (id, name, spec, state, token, submitted_at, origin) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",

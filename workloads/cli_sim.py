@@ -11,7 +11,7 @@ from rich.table import Table
 from adloader.allocation import DEFAULT_POLICY, POLICIES
 from adloader.cli import env_default
 from adloader.errors import InputError
-from adloader.workloads import bench, synth
+from adloader.workloads import bench, cli_bench, synth
 from adloader.workloads.cli_model import describe, load_model, score_table, wide_console
 from adloader.workloads.plot import plot_timelines
 from adloader.workloads.profile import load_profile
@@ -43,26 +43,35 @@ def _sim(args) -> int:
     trace = load_trace(args.trace, node_gpus=profile.gpus)
     config.policy, config.realloc = args.policy, not args.no_realloc
     result = simulate(trace, profile, model, config).to_json()
-    table = Table(title=f"{trace.name or args.trace}: {args.policy}, profile {profile.name}")
-    for col in ("job", "model", "arrival s", "start s", "end s", "workers", "samples/s"):
-        table.add_column(col, justify="left" if col in ("job", "model") else "right")
-    for j in result["jobs"]:
-        table.add_row(j["name"], j["model"], f"{j['arrival_s']:.0f}", f"{j['start_s']:.0f}",
-                      f"{j['end_s']:.0f}", str(j["workers_initial"]), f"{j['throughput']:.1f}")
     console = wide_console()
-    console.print(table)
-    console.print(
-        f"makespan {result['makespan_s']:.1f} s · Σ throughput "
-        f"{result['aggregate_throughput']:.1f} samples/s · mean JCT {result['mean_jct_s']:.1f} s"
-        f" · GPU idle {result['gpu_idle_fraction']:.1%} · reallocations "
-        f"{result['reallocations']}"
-    )
+    console.print(result_table(result, f"{trace.name or args.trace}: {args.policy}, "
+                                       f"profile {profile.name}"))
+    console.print(result_line(result))
     if args.json:
         _write_json(result, args.json)
     if args.plot:
         plot_timelines([result], args.plot)
         console.print(f"wrote {args.plot}")
     return 0
+
+
+def result_table(result: dict, title: str) -> Table:
+    """One run's jobs (simulated or live)."""
+    table = Table(title=title)
+    for col in ("job", "model", "arrival s", "start s", "end s", "workers", "samples/s"):
+        table.add_column(col, justify="left" if col in ("job", "model") else "right")
+    for j in result["jobs"]:
+        table.add_row(j["name"], j["model"], f"{j['arrival_s']:.0f}", f"{j['start_s']:.0f}",
+                      f"{j['end_s']:.0f}", str(j["workers_initial"]), f"{j['throughput']:.1f}")
+    return table
+
+
+def result_line(result: dict) -> str:
+    idle = result["gpu_idle_fraction"]
+    return (f"makespan {result['makespan_s']:.1f} s · Σ throughput "
+            f"{result['aggregate_throughput']:.1f} samples/s · mean JCT "
+            f"{result['mean_jct_s']:.1f} s · GPU idle "
+            f"{'—' if idle is None else f'{idle:.1%}'} · reallocations {result['reallocations']}")
 
 
 def static_table(runs) -> Table:
@@ -94,6 +103,8 @@ def dynamic_table(runs) -> Table:
 
 
 def _bench(args) -> int:
+    if args.which in cli_bench.EXTRA:
+        return cli_bench.EXTRA[args.which](args)
     console = wide_console()
     if args.which == "allocation":
         rows = bench.allocation_timing(args.jobs, args.capacity)
@@ -176,10 +187,11 @@ def register(sub) -> None:
     _common(p)
     p.set_defaults(func=_sim)
     p = sub.add_parser("bench", help="benchmarks with ratios against a same-run baseline")
-    p.add_argument("which", choices=("static", "dynamic", "tpm", "allocation"))
+    p.add_argument("which", choices=("static", "dynamic", "tpm", "allocation", *cli_bench.EXTRA))
     p.add_argument("--jobs", type=int, default=1000, help="allocation: jobs")
     p.add_argument("--capacity", type=int, default=1024, help="allocation: workers")
     _common(p)
+    cli_bench.add_arguments(p)
     p.set_defaults(func=_bench)
     p = sub.add_parser("demo", help="the static mix under every policy, table and timeline")
     p.add_argument("--profile", default=env_default("profile", "paper"))

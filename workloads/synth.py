@@ -39,7 +39,7 @@ def loading_samples(
 ) -> list[LoadingSample]:
     """λ(d; D) for a job with d of D node workers, for every d ≤ D ≤ 2 × cores (a grid)."""
     rng = np.random.default_rng(seed + 1)
-    top = max_node_workers or 2 * profile.cores
+    top = max_node_workers or max(2 * profile.cores, len(profile.node_loading) - 1)
     out = []
     for node in range(1, top + 1):
         for d in sorted({1, max(1, node // 4), max(1, node // 2), node}):

@@ -1,0 +1,332 @@
+"""Locality-aware batches across the ranks of a job, over ``torch.distributed`` (gloo or nccl).
+
+Every rank knows the global batch of each step from the seed (``adloader.balance.
+global_batches``: the union of what each rank's ``ElasticDataLoader`` yields) and, once per
+epoch, every rank's cache contents (an all-gather of one packed bitmap per rank: the cache
+directory, fixed for the epoch). From these all ranks compute the same ``StepPlan``
+(``adloader.balance``, mode by name), so nobody negotiates: rank r sends its planned
+transfers with ``isend``, receives its own with ``irecv``, reads the rest from storage (the
+dataset) and trains on its part with loss weight w_r = n_r / B (Theorem 1, SOLAR eq. 3).
+
+The cache is any ``MutableMapping`` sample id → item (default: a dict), filled with what the
+rank reads from storage until ``cache_capacity`` samples, never evicted (the locality paper's
+cache: populated in the first epoch, disjoint across ranks). A peer that dies or stalls
+mid-exchange costs at most ``timeout`` seconds: its samples are read from storage
+(``on_peer_failure="storage"``) or ``ExchangeError`` is raised (``"error"``) — never a hang.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Iterator, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import default_collate
+
+from adloader.balance import StepPlan, get_mode, global_batches
+from adloader.errors import InputError
+
+FAILURE_MODES = ("storage", "error")
+REDUCTIONS = ("sum", "mean")
+
+
+class ExchangeError(RuntimeError):
+    """A peer rank did not take part in a locality exchange in time (dead or stalled)."""
+
+
+@dataclass
+class LocalityStats:
+    """One rank's counters for an epoch; the ``plan_*`` fields describe all ranks' plans."""
+
+    steps: int = 0
+    samples: int = 0  # trained on by this rank
+    hits: int = 0  # from this rank's cache
+    received: int = 0  # from peers' caches
+    read: int = 0  # from storage (planned reads, plus fallbacks)
+    sent: int = 0  # to peers
+    fallbacks: int = 0  # planned transfers read from storage because the peer failed
+    plan_samples: int = 0  # Σ global batch sizes
+    plan_remote: int = 0  # Σ samples moved between ranks or read from storage, all ranks
+    plan_transfers: int = 0  # Σ transfers (messages) per step, all ranks
+    plan_transfers_max: int = 0
+    messages: list[int] = field(default_factory=list)  # transfers this rank received, per step
+    lost_peers: set[int] = field(default_factory=set)
+
+    @property
+    def remote_share(self) -> float:
+        return self.plan_remote / self.plan_samples if self.plan_samples else 0.0
+
+
+@dataclass(frozen=True)
+class LocalBatch:
+    """This rank's part of a global batch; unpacks as ``inputs, targets, loss_weight``."""
+
+    inputs: Any
+    targets: Any
+    loss_weight: float
+    step: int
+    ids: np.ndarray
+
+    def __iter__(self):
+        return iter((self.inputs, self.targets, self.loss_weight))
+
+
+class LocalityBatches:
+    """Per step, this rank's share of the global batch under ``mode`` (see ``balance.MODES``).
+
+    ``local_batch``: b, the regular per-rank batch (global batch B = b · p). ``reduction``:
+    "sum" gives w_r = n_r / B for a summing gradient all-reduce, "mean" gives p · n_r / B for
+    an averaging one (DDP). Costs (``read_cost``, ``message_cost``, ``compute_cost``) go to
+    the planner. ``threads`` > 0 reads storage samples with a thread pool.
+    """
+
+    def __init__(self, dataset, local_batch: int, *, mode: str = "locality", seed: int = 0,
+                 shuffle: bool = True, drop_last: bool = False,
+                 cache: MutableMapping | None = None, cache_capacity: int | None = None,
+                 collate_fn=None, timeout: float = 30.0, on_peer_failure: str = "storage",
+                 reduction: str = "sum", read_cost: float = 2.0, message_cost: float = 0.0,
+                 compute_cost: float = 0.0, threads: int = 0) -> None:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise InputError("locality batches: torch.distributed is not initialised "
+                             "(call init_process_group first)")
+        if local_batch < 1:
+            raise InputError(f"locality batches: local batch must be at least 1, got {local_batch}")
+        if on_peer_failure not in FAILURE_MODES:
+            raise InputError(f"locality batches: on_peer_failure must be one of "
+                             f"{', '.join(FAILURE_MODES)}, got {on_peer_failure!r}")
+        if reduction not in REDUCTIONS:
+            raise InputError(f"locality batches: reduction must be 'sum' or 'mean', "
+                             f"got {reduction!r}")
+        if timeout <= 0:
+            raise InputError(f"locality batches: timeout must be positive, got {timeout}")
+        self.planner = get_mode(mode)
+        self.mode = mode
+        self.dataset = dataset
+        self.size = len(dataset)
+        self.local_batch = int(local_batch)
+        self.seed, self.shuffle, self.drop_last = int(seed), bool(shuffle), bool(drop_last)
+        self.cache: MutableMapping = {} if cache is None else cache
+        self.cache_capacity = cache_capacity
+        self.collate_fn = collate_fn or default_collate
+        self.timeout = float(timeout)
+        self.on_peer_failure = on_peer_failure
+        self.reduction = reduction
+        self.costs = dict(read_cost=read_cost, message_cost=message_cost,
+                          compute_cost=compute_cost)
+        self.threads = int(threads)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.epoch = 0
+        self.stats: dict[int, LocalityStats] = {}
+        self.lost: set[int] = set()
+        self._template = None  # one item, to shape an empty batch
+        self._abandoned: list = []  # buffers of receives given up on (gloo may still write)
+
+    # ---- public ---------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        per_rank = -(-self.size // self.world_size)
+        b = self.local_batch
+        return per_rank // b if self.drop_last else -(-per_rank // b)
+
+    def holdings(self) -> np.ndarray:
+        """This rank's cache as a boolean array over the dataset."""
+        held = np.zeros(self.size, dtype=bool)
+        ids = np.fromiter((int(i) for i in self.cache), dtype=np.int64)
+        held[ids[(ids >= 0) & (ids < self.size)]] = True
+        return held
+
+    def directory(self) -> np.ndarray:
+        """All ranks' holdings, shape (p, N): one all-gather of packed bitmaps."""
+        mine = torch.from_numpy(np.packbits(self.holdings()))
+        parts = [torch.empty_like(mine) for _ in range(self.world_size)]
+        try:
+            work = dist.all_gather(parts, mine, async_op=True)
+            work.wait(timeout=timedelta(seconds=self.timeout))
+        except RuntimeError as exc:
+            raise ExchangeError(f"locality exchange: the cache directory all-gather of epoch "
+                                f"{self.epoch} failed on rank {self.rank} "
+                                f"({_first_line(exc)})") from None
+        bits = np.stack([p.numpy() for p in parts])
+        return np.unpackbits(bits, axis=1, count=self.size).astype(bool)
+
+    def __iter__(self) -> Iterator[LocalBatch]:
+        epoch = self.epoch
+        batches = global_batches(self.seed, epoch, self.size, self.world_size,
+                                 self.local_batch, self.shuffle, self.drop_last)
+        holder = self.directory()
+        stats = self.stats[epoch] = LocalityStats(lost_peers=self.lost)
+        pool = ThreadPoolExecutor(self.threads) if self.threads > 0 else None
+        try:
+            for step, batch in enumerate(batches):
+                plan = self.planner(batch, holder, self.world_size,
+                                    local_batch=self.local_batch, **self.costs)
+                yield self._assemble(plan, step, stats, pool)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self.epoch = epoch + 1
+
+    # ---- one step --------------------------------------------------------------------------
+    def _assemble(self, plan: StepPlan, step: int, stats: LocalityStats, pool) -> LocalBatch:
+        me = self.rank
+        ids = plan.local_samples[me]
+        sends = [(dst, sent) for src, dst, sent in plan.transfers if src == me]
+        recvs = [(src, got) for src, dst, got in plan.transfers if dst == me]
+        deadline = time.monotonic() + self.timeout
+        pending = self._post_receives(recvs, step)
+        send_work = self._send(sends, step, stats, pool)
+        items = dict(zip(plan.storage_reads[me].tolist(),
+                         self._read(plan.storage_reads[me], pool), strict=True))
+        stats.read += len(plan.storage_reads[me])
+        received = self._finish_receives(pending, step, deadline, stats)
+        stats.messages.append(len(received))
+        for src, got in recvs:
+            if src in received:
+                items.update(zip(got.tolist(), received[src], strict=True))
+                stats.received += got.size
+            else:  # the peer failed: read its samples from storage
+                items.update(zip(got.tolist(), self._read(got, pool), strict=True))
+                stats.read += got.size
+                stats.fallbacks += got.size
+        self._finish_sends(send_work, step, deadline)
+        local = []
+        for i in ids.tolist():
+            if i not in items:
+                items[i] = self._local(i)
+                stats.hits += 1
+            local.append(items[i])
+        self._fill_cache(plan.storage_reads[me], items)
+        stats.steps += 1
+        stats.samples += ids.size
+        stats.plan_samples += plan.global_batch.size
+        stats.plan_remote += plan.transferred + plan.read
+        stats.plan_transfers += len(plan.transfers)
+        stats.plan_transfers_max = max(stats.plan_transfers_max, len(plan.transfers))
+        weight = float(plan.loss_weights[me])
+        if self.reduction == "mean":
+            weight *= self.world_size
+        inputs, targets = self._collate(local, plan)
+        return LocalBatch(inputs, targets, weight, step, ids)
+
+    def _local(self, i: int):
+        try:
+            return self.cache[i]
+        except KeyError:  # evicted by an outside policy since the directory was taken
+            return self.dataset[i]
+
+    def _read(self, ids: np.ndarray, pool) -> list:
+        keys = ids.tolist()
+        if pool is not None and len(keys) > 1:
+            return list(pool.map(self.dataset.__getitem__, keys))
+        return [self.dataset[i] for i in keys]
+
+    def _fill_cache(self, reads: np.ndarray, items: dict) -> None:
+        room = (None if self.cache_capacity is None
+                else self.cache_capacity - len(self.cache))
+        for i in reads.tolist():
+            if room is not None and room <= 0:
+                break
+            if i not in self.cache:
+                self.cache[i] = items[i]
+                room = None if room is None else room - 1
+
+    def _collate(self, local: list, plan: StepPlan):
+        if local:
+            self._template = local[0]
+            out = self.collate_fn(local)
+        else:  # an empty local batch (solar mode): zero-length tensors of the right shape
+            if self._template is None:
+                self._template = self.dataset[int(plan.global_batch[0])]
+            one = self.collate_fn([self._template])
+            out = [x[:0] for x in one] if isinstance(one, list | tuple) else one[:0]
+        if isinstance(out, list | tuple) and len(out) == 2:
+            return out[0], out[1]
+        return out, None
+
+    # ---- point-to-point exchange --------------------------------------------------------------
+    def _tag(self, step: int, part: int) -> int:
+        return ((self.epoch * 100_003 + step) * 2 + part) % (2**31 - 1)
+
+    def _post_receives(self, recvs, step: int) -> dict:
+        pending = {}
+        for src, _ in recvs:
+            if src in self.lost:
+                continue
+            length = torch.zeros(1, dtype=torch.int64)
+            pending[src] = (length, self._try(lambda s=src, t=length: dist.irecv(
+                t, s, tag=self._tag(step, 0)), src, step))
+        return pending
+
+    def _send(self, sends, step: int, stats: LocalityStats, pool) -> list:
+        work = []
+        for dst, ids in sends:
+            if dst in self.lost:
+                continue
+            payload = pickle.dumps([self._local(i) for i in ids.tolist()],
+                                   protocol=pickle.HIGHEST_PROTOCOL)
+            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            length = torch.tensor([data.numel()], dtype=torch.int64)
+            for tensor, part in ((length, 0), (data, 1)):
+                w = self._try(lambda t=tensor, d=dst, k=part: dist.isend(
+                    t, d, tag=self._tag(step, k)), dst, step)
+                if w is not None:
+                    work.append((dst, w, tensor))
+            stats.sent += ids.size
+        return work
+
+    def _finish_receives(self, pending: dict, step: int, deadline: float,
+                         stats: LocalityStats) -> dict[int, list]:
+        out: dict[int, list] = {}
+        for src, (length, work) in pending.items():
+            if work is None or not self._wait(work, src, step, deadline, length):
+                continue
+            data = torch.empty(int(length.item()), dtype=torch.uint8)
+            work = self._try(lambda s=src, t=data: dist.irecv(t, s, tag=self._tag(step, 1)),
+                             src, step)
+            if work is None or not self._wait(work, src, step, deadline, data):
+                continue
+            out[src] = pickle.loads(data.numpy().tobytes())
+        return out
+
+    def _finish_sends(self, work: list, step: int, deadline: float) -> None:
+        for dst, w, tensor in work:
+            if dst not in self.lost:
+                self._wait(w, dst, step, deadline, tensor)
+
+    def _try(self, start, peer: int, step: int):
+        try:
+            return start()
+        except RuntimeError as exc:
+            self._peer_failed(peer, step, exc)
+            return None
+
+    def _wait(self, work, peer: int, step: int, deadline: float, buffer) -> bool:
+        left = max(deadline - time.monotonic(), 0.001)
+        try:
+            work.wait(timeout=timedelta(seconds=left))
+            return True
+        except RuntimeError as exc:
+            self._abandoned.append((work, buffer))
+            self._peer_failed(peer, step, exc)
+            return False
+
+    def _peer_failed(self, peer: int, step: int, exc: BaseException) -> None:
+        self.lost.add(peer)
+        if self.on_peer_failure == "error":
+            raise ExchangeError(f"locality exchange: rank {peer} failed in step {step} of "
+                                f"epoch {self.epoch} (seen by rank {self.rank}; "
+                                f"{_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

@@ -1,0 +1,185 @@
+"""Locality-aware batches on real gloo ranks: Theorem 1 (same parameters as the regular loader),
+the remote share after the first epoch, and peers that die or stall mid-exchange."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from adloader.balance import global_batches, plan_step
+from adloader.client.loader import ElasticDataLoader
+from adloader.client.locality import ExchangeError, LocalityBatches
+from adloader.errors import InputError
+from adloader.workloads.bench_locality import run_gloo_locality_bench, spawn_gloo
+
+SEED, SIZE, LOCAL, EPOCHS = 7, 48, 4, 3
+
+
+class Images(torch.utils.data.Dataset):
+    def __init__(self, size: int = SIZE) -> None:
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.randn(size, 1, 8, 8, generator=g)
+        self.y = torch.randint(0, 3, (size,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+
+
+def _sgd_step(model, opt, loss, world_size: int, average: bool) -> None:
+    opt.zero_grad()
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)  # SUM
+        if average:
+            p.grad /= world_size
+    opt.step()
+
+
+def _train(rank, world_size, mode, options):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    data = Images()
+    if mode == "regular":  # the ElasticDataLoader, averaged gradients (DDP-style)
+        loader = ElasticDataLoader(data, batch_size=LOCAL, shuffle=True, seed=SEED)
+        for _ in range(EPOCHS):
+            for x, y in loader:
+                _sgd_step(model, opt, F.cross_entropy(model(x), y), world_size, average=True)
+        stats = None
+    else:
+        batches = LocalityBatches(data, LOCAL, mode=mode, seed=SEED, **options)
+        for _ in range(EPOCHS):
+            for x, y, w in batches:
+                out = model(x)
+                loss = w * F.cross_entropy(out, y) if len(y) else out.sum() * 0
+                _sgd_step(model, opt, loss, world_size, average=False)
+        later = [batches.stats[e] for e in range(1, EPOCHS)]
+        stats = {k: sum(getattr(s, k) for s in later)
+                 for k in ("samples", "hits", "received", "read")}
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy(), stats
+
+
+def _all_modes(rank, world_size):
+    small = SIZE // (2 * world_size)  # caches holding half a rank's share
+    runs = [("regular", {}), ("locality", {}), ("solar", {}),
+            ("locality", {"cache_capacity": small, "read_cost": 0.5}),
+            ("solar", {"cache_capacity": small, "threads": 2})]
+    return [(mode, opts, *_train(rank, world_size, mode, opts)) for mode, opts in runs]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_same_parameters_as_the_regular_loader(world_size):
+    ranks = spawn_gloo(_all_modes, world_size, timeout=60)
+    init = torch.cat([p.detach().reshape(-1) for p in _model().parameters()]).numpy()
+    reference = ranks[0][0][2]
+    assert not np.allclose(reference, init, atol=1e-3)  # training moved the parameters
+    for runs in ranks:
+        for mode, opts, params, stats in runs:
+            np.testing.assert_allclose(params, reference, rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{mode} {opts} on {world_size} ranks")
+    total = {}
+    for mode, opts, _, stats in (run for runs in ranks for run in runs):
+        if stats is None:
+            continue
+        key = (mode, tuple(sorted(opts)))
+        agg = total.setdefault(key, dict.fromkeys(stats, 0))
+        for k, v in stats.items():
+            agg[k] += v
+    for (mode, opts), s in total.items():
+        assert s["hits"] + s["received"] + s["read"] == s["samples"]
+        if not opts:  # full caches: after epoch 1 most samples come from the own cache
+            assert s["hits"] / s["samples"] > 0.6, (mode, s)
+        if mode == "solar" and not opts:
+            assert s["received"] == s["read"] == 0
+
+
+def test_remote_share_on_real_ranks_local_batch_128():
+    rows = run_gloo_locality_bench(world_size=4, local_batch=128, epochs=2, steps_per_epoch=4,
+                                   modes=("regular", "locality"), timeout=60)
+    regular, locality = rows
+    print("\ngloo p=4 b=128:", [(r["mode"], round(r["remote_share"], 4), r["transfers_max"])
+                                for r in rows])
+    assert locality["remote_share"] <= 0.05
+    assert locality["remote_share"] == pytest.approx(locality["planned_remote_share"])
+    assert 0 < locality["transfers_max"] <= 3
+    assert regular["remote_share"] == pytest.approx(0.75, abs=0.05)
+
+
+# ---- peers that fail ----------------------------------------------------------------------
+def _one_sided(rank, world_size, behaviour, on_failure, event):
+    """Rank 1 caches everything, rank 0 nothing: every step moves b samples 1 → 0."""
+    data = Images()
+    cache = {i: data[i] for i in range(SIZE)} if rank == 1 else {}
+    batches = LocalityBatches(data, LOCAL, seed=SEED, cache=cache, timeout=1.0,
+                              on_peer_failure=on_failure)
+    if rank == 1:
+        batches.directory()  # takes part in the epoch's directory exchange, then fails
+        if behaviour == "dies":
+            os._exit(0)
+        event.wait(30)  # stalls until rank 0 is done
+        return None
+    t0 = time.monotonic()
+    try:
+        got = [(b.ids, b.inputs, b.targets) for b in batches]
+    except ExchangeError as exc:
+        event.set()
+        return {"error": str(exc), "seconds": time.monotonic() - t0}
+    event.set()
+    return {"got": got, "seconds": time.monotonic() - t0, "stats": batches.stats[0]}
+
+
+@pytest.mark.parametrize("behaviour", ["dies", "stalls"])
+def test_a_failed_peer_falls_back_to_storage(behaviour):
+    event = torch.multiprocessing.get_context("fork").Event()
+    result = spawn_gloo(_one_sided, 2, behaviour, "storage", event, timeout=30)[0]
+    data = Images()
+    expected = global_batches(SEED, 0, SIZE, 2, LOCAL)
+    assert len(result["got"]) == len(expected)
+    for (ids, x, y), batch in zip(result["got"], expected, strict=True):
+        owner = np.ones(SIZE, dtype=np.int64)  # rank 1 holds everything
+        np.testing.assert_array_equal(ids, plan_step(batch, owner, 2, LOCAL).local_samples[0])
+        assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
+    stats = result["stats"]
+    assert stats.lost_peers == {1}
+    assert stats.fallbacks == stats.samples == SIZE // 2 and stats.received == 0
+    assert result["seconds"] < 4.0  # one timeout (1 s) at most, then no more waiting
+
+
+def test_a_dead_peer_raises_a_clear_error():
+    event = torch.multiprocessing.get_context("fork").Event()
+    result = spawn_gloo(_one_sided, 2, "dies", "error", event, timeout=30)[0]
+    assert "rank 1 failed in step 0" in result["error"]
+    assert "\n" not in result["error"] and result["seconds"] < 3.0
+
+
+def _bad_args(rank, world_size):
+    errors = []
+    for kwargs in ({"mode": "nearest"}, {"on_peer_failure": "retry"}, {"timeout": 0},
+                   {"reduction": "max"}):
+        try:
+            LocalityBatches(Images(), LOCAL, **kwargs)
+        except InputError as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def test_bad_arguments_are_input_errors():
+    with pytest.raises(InputError, match="not initialised"):
+        LocalityBatches(Images(), LOCAL)
+    errors = spawn_gloo(_bad_args, 1, timeout=30)[0]
+    assert len(errors) == 4 and all("\n" not in e for e in errors)
+    assert "nearest" in errors[0]

@@ -1,0 +1,145 @@
+"""`adloader bench live`: the paper's static mix as real jobs on this machine, per policy.
+
+One run: measure this machine's loading curve L(D) with a real DataLoader over the same
+JPEGs the jobs read; build the node's prior profile from it (loading: measured; steps: the
+paper's GPUs, scaled, since the jobs emulate them); then, for each policy, start a real
+daemon, replay the mix through REST, and collect what happened. Ratios are against
+``balance`` measured in the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
+from adloader.workloads.profile import load_profile, save_profile
+from adloader.workloads.profiling import logical_cores, measure_loading, node_loading_table
+from adloader.workloads.replay import replay
+from adloader.workloads.trace import load_trace
+
+
+@dataclasses.dataclass
+class LiveConfig:
+    policies: tuple[str, ...] = ("balance", "waa", "optimal")
+    trace: str = "paper-static"
+    capacity: int = 0  # 0: 3 × cores
+    iterations_scale: float = 0.1
+    step_scale: float = 3.0
+    crop: int = 112
+    images: int = 128
+    window_s: float = 2.0
+    heartbeat_s: float = 0.5
+    timeout_s: float = 900.0
+
+
+def measured_profile(cfg: LiveConfig, data: Path, out: Path, progress=None) -> Path:
+    """The node's prior: L(D) measured here for D = 1..C, paper steps × step_scale."""
+    capacity = cfg.capacity or 3 * logical_cores()
+    ensure_images(data, cfg.images)
+    dataset = SyntheticJPEGDataset(data, size=100_000, images=cfg.images, crop=cfg.crop)
+    samples = measure_loading(dataset, list(range(1, capacity + 1)), batch_size=32, batches=12,
+                              rounds=3, progress=progress)
+    paper = load_profile("paper")
+    profile = dataclasses.replace(
+        paper, name="live", cores=logical_cores(), loading_workers=capacity,
+        alpha=tuple(a * cfg.step_scale for a in paper.alpha),
+        node_loading=node_loading_table(samples),
+        device=f"this machine's loading, the paper's GPUs × {cfg.step_scale:g} (emulated)",
+        description="bench live: L(D) measured here, steps of the paper profile scaled")
+    path = out / "live-profile.json"
+    save_profile(profile, path)
+    return path
+
+
+class DaemonProcess:
+    """A real `adloader daemon` in a temp state dir on a free port."""
+
+    def __init__(self, state: Path, args: list[str]):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.state = state
+        self.cmd = [sys.executable, "-m", "adloader.cli", "daemon", "--state-dir", str(state),
+                    "--port", str(self.port), *args]
+
+    def __enter__(self) -> DaemonProcess:
+        import subprocess
+        import time
+
+        self.log = open(self.state.with_suffix(".log"), "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited: see {self.log.name}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).is_success:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        token = (self.state / "token").read_text().strip()
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30,
+                                 headers={"Authorization": f"Bearer {token}"})
+        return self
+
+    def call(self, method: str, path: str, **kw) -> httpx.Response:
+        response = self.http.request(method, path, **kw)
+        response.raise_for_status()
+        return response
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except Exception:
+            self.proc.kill()
+        self.http.close()
+        self.log.close()
+
+
+def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
+                   progress=None) -> dict:
+    cfg = cfg or LiveConfig()
+    root = Path(workdir or tempfile.mkdtemp(prefix="adloader-live-"))
+    data = root / "jpeg"
+    capacity = cfg.capacity or 3 * logical_cores()
+    profile = measured_profile(cfg, data, root, progress)
+    trace = load_trace(cfg.trace)
+    runs = []
+    env_before = os.environ.get("ADLOADER_STEP_PROFILE")
+    try:
+        os.environ["ADLOADER_STEP_PROFILE"] = "paper"  # what the jobs emulate
+        os.environ["ADLOADER_GPU_LOCK_DIR"] = str(root)
+        for policy in cfg.policies:
+            state = root / f"state-{policy}"
+            args = ["--policy", policy, "--capacity", str(capacity), "--gpus", "4",
+                    "--arrival-window", str(cfg.window_s), "--completion-window",
+                    str(cfg.window_s), "--heartbeat", str(cfg.heartbeat_s), "--profile",
+                    str(profile)]
+            with DaemonProcess(state, args) as daemon:
+                result = replay(trace, daemon.call, iterations_scale=cfg.iterations_scale,
+                                step_scale=cfg.step_scale, crop=cfg.crop, data=str(data),
+                                images=cfg.images, timeout_s=cfg.timeout_s)
+                result["model"] = daemon.call("GET", "/v1/model").json()
+            runs.append(result)
+            if progress:
+                progress(f"{policy}: Σ {result['aggregate_throughput']:.0f} samples/s")
+    finally:
+        if env_before is None:
+            os.environ.pop("ADLOADER_STEP_PROFILE", None)
+        else:
+            os.environ["ADLOADER_STEP_PROFILE"] = env_before
+    ref = next((r for r in runs if r["policy"] == "balance"), runs[0])
+    for r in runs:
+        r["ratio"] = r["aggregate_throughput"] / ref["aggregate_throughput"]
+        r["makespan_ratio"] = r["makespan_s"] / ref["makespan_s"]
+    return {"config": dataclasses.asdict(cfg), "capacity": capacity, "workdir": str(root),
+            "profile": str(profile), "runs": runs}

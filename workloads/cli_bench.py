@@ -1,0 +1,143 @@
+"""The benchmarks of the live system and the data path, printed as tables:
+`adloader bench resize|cache|live|api` (the scheduling ones are in cli_sim)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rich.progress import Progress
+from rich.table import Table
+
+from adloader.workloads.cli_model import wide_console
+
+
+def _save(args, data) -> None:
+    if getattr(args, "json", None):
+        path = Path(args.json)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+def _table(title: str, columns: list[str], rows: list[list]) -> Table:
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*[str(x) for x in row])
+    return table
+
+
+def bench_resize(args) -> int:
+    """ElasticDataLoader: live resizes (stall, lost, repeated) and per-batch overhead."""
+    from adloader.workloads.bench_resize import run_resize_bench
+
+    console = wide_console()
+    with Progress(transient=True, console=console) as progress:
+        task = progress.add_task("bench resize", total=None)
+
+        def tick(phase, done, total):
+            progress.update(task, description=f"bench resize: {phase}", completed=done,
+                            total=total)
+
+        result = run_resize_bench(quick=args.quick, progress=tick)
+    rows = [[r["handover"], r["resizes"], "yes" if r["in_order"] else "NO", r["lost"],
+             r["repeated"], f"{r['stall_median_ms']:.1f}", f"{r['stall_p95_ms']:.1f}",
+             f"{r['interval_stall_median_ms']:.1f}"] for r in result["resize"]]
+    console.print(_table("live resizes (paper: pause and relaunch, 16 s a round)",
+                         ["handover", "resizes", "order kept", "lost", "repeated",
+                          "stall median ms", "stall p95 ms", "stall to next resize ms"], rows))
+    rows = [[r["dataset"], r["workers"], f"{r['torch_ms_per_batch']:.3f}",
+             f"{r['elastic_ms_per_batch']:.3f}", f"{r['ratio']:.3f}"] for r in result["overhead"]]
+    console.print(_table("per-batch cost against torch.utils.data.DataLoader (same run)",
+                         ["dataset", "workers", "torch ms/batch", "elastic ms/batch",
+                          "× torch"], rows))
+    _save(args, result)
+    return 0
+
+
+def bench_cache(args) -> int:
+    """Cache policies on an ImageNet-sized access stream: hit ratio and ratio to Belady."""
+    from adloader.workloads.bench_cache import run_cache_bench
+
+    console = wide_console()
+    kw = {"quick": args.quick}
+    if args.ranks_per_node:
+        kw["ranks_per_node"] = args.ranks_per_node
+    with Progress(transient=True, console=console) as progress:
+        task = progress.add_task("bench cache", total=None)
+        rows_seen = []
+
+        def tick(row):
+            rows_seen.append(row)
+            progress.update(task, description=f"bench cache: {row['policy']} at "
+                                              f"{row['fraction']:.0%}")
+
+        rows = run_cache_bench(progress=tick, **kw)
+    out = [[f"{r['fraction']:.0%}", r["policy"], f"{r['hit_ratio']:.4f}",
+            f"{r['hit_ratio_after_first']:.4f}", f"{r['ratio_to_belady_after_first']:.3f}",
+            "" if r["expected"] is None else f"{r['expected']:.4f}", f"{r['seconds']:.1f}"]
+           for r in rows]
+    console.print(_table(f"cache hit ratio, {rows[0]['accesses']:,} accesses",
+                         ["cache", "policy", "hit ratio", "epochs ≥ 2", "× Belady (≥ 2)",
+                          "LRU expected", "seconds"], out))
+    _save(args, rows)
+    return 0
+
+
+def bench_live(args) -> int:
+    """The static mix as real jobs under a real daemon, one run per policy."""
+    from adloader.workloads.bench_live import LiveConfig, run_live_bench
+    from adloader.workloads.plot import plot_timelines
+
+    console = wide_console()
+    cfg = LiveConfig()
+    if args.quick:
+        cfg = LiveConfig(policies=("balance", "optimal"), iterations_scale=0.03)
+    result = run_live_bench(cfg, progress=lambda m: console.print(f"  {m}"))
+    rows = [[r["policy"], f"{r['aggregate_throughput']:.1f}", f"{r['ratio']:.3f}",
+             f"{r['makespan_s']:.1f}", f"{r['mean_jct_s']:.1f}",
+             "—" if r["gpu_idle_fraction"] is None else f"{r['gpu_idle_fraction']:.0%}",
+             r["reallocations"], ",".join(str(j["workers_initial"]) for j in r["jobs"])]
+            for r in result["runs"]]
+    console.print(_table(
+        f"static mix as real jobs here: {result['capacity']} workers, "
+        f"iterations × {cfg.iterations_scale:g}, emulated steps × {cfg.step_scale:g}",
+        ["policy", "Σ samples/s", "× balance", "makespan s", "mean JCT s", "GPU idle",
+         "reallocs", "initial workers"], rows))
+    _save(args, result)
+    if args.plot:
+        plot_timelines(result["runs"], args.plot, title="bench live (real jobs)")
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
+def bench_api(args) -> int:
+    """REST latency of a real daemon with N masters heartbeating at 1 Hz, against idle."""
+    from adloader.workloads.bench_api import run_api_bench
+
+    console = wide_console()
+    masters, seconds = (30, 6.0) if args.quick else (args.masters, 30.0)
+    with console.status(f"bench api: {masters} masters at 1 Hz"):
+        result = run_api_bench(masters=masters, seconds=seconds)
+    rows = [[phase, result[key]["requests"], f"{result[key]['p50_ms']:.1f}",
+             f"{result[key]['p99_ms']:.1f}", f"{result[key]['max_ms']:.1f}"]
+            for phase, key in (("idle daemon", "idle"),
+                               (f"{result['registered']} masters at 1 Hz", "loaded"))]
+    console.print(_table("REST latency (GET /v1/jobs, /v1/allocations, /v1/events, /metrics, "
+                         "/healthz)", ["phase", "requests", "p50 ms", "p99 ms", "max ms"], rows))
+    console.print(f"p99 under load × idle: {result['p99_ratio']:.2f}")
+    _save(args, result)
+    return 0
+
+
+EXTRA = {"resize": bench_resize, "cache": bench_cache, "live": bench_live, "api": bench_api}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small settings (seconds)")
+    parser.add_argument("--masters", type=int, default=200, help="api: simulated masters")
+    parser.add_argument("--ranks-per-node", type=int, default=None,
+                        help="cache: ranks on the node (default: all of them)")
