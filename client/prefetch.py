@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from adloader.client.cache_policy import AccessPlan
-from adloader.client.shm_arena import SampleArena
+from adloader.client.shm_arena import SampleArena, budget_for
 from adloader.errors import InputError
 
 POLL_S = 0.0005
@@ -34,6 +34,11 @@ class StagingBuffer:
     def __init__(self, budget_bytes: int, size: int, block_bytes: int = 4096) -> None:
         self.arena = SampleArena(budget_bytes, size, block_bytes, fields=("inflight",),
                                  counters=1, what="staging buffer")
+
+    @staticmethod
+    def budget_for(size: int, data_bytes: int, block_bytes: int = 4096) -> int:
+        """The budget whose buffer holds ``data_bytes`` (whole blocks) for ``size`` samples."""
+        return budget_for(size, data_bytes, block_bytes, fields=1, counters=1)
 
     @property
     def consumed(self) -> int:

@@ -132,3 +132,51 @@ def test_bad_rest_bodies_are_4xx(daemon):
     assert 400 <= r.status_code < 500 and "gpus" in r.text
     assert daemon.http.get("/v1/jobs/j-999999").status_code == 404
     assert daemon.http.get("/v1/jobs", headers={"Authorization": "Bearer nope"}).status_code == 401
+
+
+def test_job_started_by_hand_is_scheduled_like_a_submitted_one(daemon):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ADLOADER_STATE_DIR=str(daemon.state_dir))
+    cmd = [sys.executable, "-m", "adloader.cli", "run", "--", sys.executable, "-m",
+           "adloader.workloads.train", "--model", "mdResnet12", "--batch-size", "8",
+           "--iterations", "40", "--images", "16", "--crop", "32", "--workers", "1",
+           "--data", str(daemon.state_dir.parent / "jpeg")]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        found = wait_for(lambda: [j for j in daemon.http.get("/v1/jobs").json()
+                                  if j["spec"]["command"] == ["(started by hand)"]], 60,
+                         "the job to register itself")
+        job = found[0]["id"]
+        wait_for(lambda: daemon.job(job)["state"] == "finished", 90, "it to finish")
+        assert proc.wait(30) == 0
+        assert daemon.events("attached", job)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_replay_writes_the_sim_result_shape(daemon, tmp_path):
+    from adloader.workloads.replay import replay
+    from adloader.workloads.trace import Trace, TraceJob
+
+    trace = Trace(jobs=[
+        TraceJob(name="a", model="smResnet20", batch_size=8, gpus=1, iterations=30, arrival_s=0),
+        TraceJob(name="b", model="mdResnet12", batch_size=8, gpus=1, iterations=30,
+                 arrival_s=1),
+    ])
+
+    def call(method, path, **kw):
+        r = daemon.http.request(method, path, **kw)
+        r.raise_for_status()
+        return r
+
+    result = replay(trace, call, crop=32, images=16, data=str(tmp_path / "jpeg"),
+                    timeout_s=180)
+    assert {j["name"] for j in result["jobs"]} == {"a", "b"}
+    assert all(j["state"] == "finished" and j["throughput"] > 0 for j in result["jobs"])
+    for key in ("policy", "cores", "makespan_s", "aggregate_throughput", "mean_jct_s",
+                "gpu_idle_fraction", "reallocations", "timeline"):
+        assert key in result
+    assert result["timeline"] and all(sum(e["workers"].values()) <= 4 for e in result["timeline"])

@@ -88,7 +88,7 @@ def test_same_parameters_as_the_regular_loader(world_size):
     reference = ranks[0][0][2]
     assert not np.allclose(reference, init, atol=1e-3)  # training moved the parameters
     for runs in ranks:
-        for mode, opts, params, stats in runs:
+        for mode, opts, params, _stats in runs:
             np.testing.assert_allclose(params, reference, rtol=1e-4, atol=1e-6,
                                        err_msg=f"{mode} {opts} on {world_size} ranks")
     total = {}
