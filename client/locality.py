@@ -9,8 +9,9 @@ transfers with ``isend``, receives its own with ``irecv``, reads the rest from s
 dataset) and trains on its part with loss weight w_r = n_r / B (Theorem 1, SOLAR eq. 3).
 
 The cache is any ``MutableMapping`` sample id → item (default: a dict), filled with what the
-rank reads from storage until ``cache_capacity`` samples, never evicted (the locality paper's
-cache: populated in the first epoch, disjoint across ranks). A peer that dies or stalls
+rank reads from storage until it holds ``cache_capacity`` samples (default ⌈N/p⌉, the rank's
+share), never evicted by this class (the locality paper's cache: populated in the first
+epoch, at most 1/p of the dataset per rank, disjoint across ranks). A peer that dies or stalls
 mid-exchange costs at most ``timeout`` seconds: its samples are read from storage
 (``on_peer_failure="storage"``) or ``ExchangeError`` is raised (``"error"``) — never a hang.
 """
@@ -32,6 +33,7 @@ from torch.utils.data import default_collate
 
 from adloader.balance import StepPlan, get_mode, global_batches
 from adloader.errors import InputError
+from adloader.order import samples_per_rank
 
 FAILURE_MODES = ("storage", "error")
 REDUCTIONS = ("sum", "mean")
@@ -104,6 +106,9 @@ class LocalityBatches:
         if reduction not in REDUCTIONS:
             raise InputError(f"locality batches: reduction must be 'sum' or 'mean', "
                              f"got {reduction!r}")
+        if cache_capacity is not None and cache_capacity < 0:
+            raise InputError(f"locality batches: cache capacity must be >= 0 samples, "
+                             f"got {cache_capacity}")
         if timeout <= 0:
             raise InputError(f"locality batches: timeout must be positive, got {timeout}")
         self.planner = get_mode(mode)
@@ -113,7 +118,9 @@ class LocalityBatches:
         self.local_batch = int(local_batch)
         self.seed, self.shuffle, self.drop_last = int(seed), bool(shuffle), bool(drop_last)
         self.cache: MutableMapping = {} if cache is None else cache
-        self.cache_capacity = cache_capacity
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.cache_capacity = (samples_per_rank(self.size, self.world_size)
+                               if cache_capacity is None else int(cache_capacity))
         self.collate_fn = collate_fn or default_collate
         self.timeout = float(timeout)
         self.on_peer_failure = on_peer_failure
@@ -121,7 +128,6 @@ class LocalityBatches:
         self.costs = dict(read_cost=read_cost, message_cost=message_cost,
                           compute_cost=compute_cost)
         self.threads = int(threads)
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.epoch = 0
         self.stats: dict[int, LocalityStats] = {}
         self.lost: set[int] = set()
@@ -133,7 +139,7 @@ class LocalityBatches:
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
-        per_rank = -(-self.size // self.world_size)
+        per_rank = samples_per_rank(self.size, self.world_size)
         b = self.local_batch
         return per_rank // b if self.drop_last else -(-per_rank // b)
 
@@ -230,14 +236,13 @@ class LocalityBatches:
         return [self.dataset[i] for i in keys]
 
     def _fill_cache(self, reads: np.ndarray, items: dict) -> None:
-        room = (None if self.cache_capacity is None
-                else self.cache_capacity - len(self.cache))
+        room = self.cache_capacity - len(self.cache)
         for i in reads.tolist():
-            if room is not None and room <= 0:
+            if room <= 0:
                 break
             if i not in self.cache:
                 self.cache[i] = items[i]
-                room = None if room is None else room - 1
+                room -= 1
 
     def _collate(self, local: list, plan: StepPlan):
         if local:

@@ -56,6 +56,12 @@ class StagingBuffer:
         with self.arena.locked() as ar:
             ar.field["inflight"][i] = int(flag)
 
+    def purge(self, stale_below: int) -> None:
+        """Drop staged samples for positions before ``stale_below`` (read elsewhere already)."""
+        with self.arena.locked() as ar:
+            for j in ar.keys_below(stale_below).tolist():
+                ar.drop(j)
+
     def put(self, i: int, data: bytes, pos: int, stale_below: int) -> bool:
         """Stage sample i for plan position ``pos``: drops entries older than ``stale_below``,
         and makes room from entries needed after ``pos``. False: no room now."""
@@ -97,10 +103,12 @@ class Prefetcher:
     """Reads ahead along ``plan`` from ``source`` into a staging buffer of ``staging_bytes``."""
 
     def __init__(self, plan: AccessPlan, source, cache=None, *, staging_bytes: int = 16 << 20,
-                 threads: int = 4, depth: int = 1024, slack: int | None = None,
+                 threads: int = 4, depth: int | None = None, slack: int | None = None,
                  block_bytes: int = 4096) -> None:
         if threads < 1:
             raise InputError(f"prefetcher: threads must be at least 1, got {threads}")
+        if depth is None:  # far enough to keep the link busy, near enough that the cache's
+            depth = max(1, min(1024, int(plan.epoch_start[1]) // 2))  # contents still hold
         if depth < 1:
             raise InputError(f"prefetcher: depth must be at least 1 sample, got {depth}")
         self.plan, self.source, self.cache = plan, source, cache
@@ -149,7 +157,12 @@ class Prefetcher:
                     self._stop.wait(POLL_S * 4)
                     continue
                 i = int(seq[p])
-                if staging.has(i) or (cache is not None and cache.contains(i)):
+                if staging.has(i):  # staged for an earlier read: wait until that one is done
+                    slots.release()
+                    staging.purge(cur - self.slack)
+                    self._stop.wait(POLL_S * 4)
+                    continue
+                if cache is not None and cache.contains(i):
                     self.counts["cached"] += 1
                     slots.release()
                 else:

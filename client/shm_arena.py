@@ -35,6 +35,7 @@ MAGIC_VALUE = 0x41444C43  # "ADLC"
 (MAGIC, DIRTY, TICK, BLOCKS, FREE_TOP, USED, BLOCK_BYTES, SIZE, STORED, NFIELDS,
  NCOUNTERS) = range(11)  # header slots
 ALIGN = 64
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 SHM_DIR = "/dev/shm"
 
 
@@ -57,9 +58,10 @@ def _layout(size: int, blocks: int, block_bytes: int, fields: int, counters: int
 
 def budget_for(size: int, data_bytes: int, block_bytes: int, fields: int = 0,
                counters: int = 0) -> int:
-    """The smallest budget whose data region holds ``data_bytes`` (in whole blocks)."""
+    """The smallest budget (whole pages) whose data region holds ``data_bytes`` (whole blocks)."""
     blocks = max(1, -(-int(data_bytes) // block_bytes))
-    return _layout(size, blocks, block_bytes, fields, counters)["total"]
+    total = _layout(size, blocks, block_bytes, fields, counters)["total"]
+    return -(-total // PAGE) * PAGE
 
 
 def _blocks_in(budget: int, size: int, block_bytes: int, fields: int, counters: int) -> int:
@@ -103,7 +105,8 @@ class SampleArena:
             raise InputError(f"{what}: the dataset needs at least 1 sample, got {size}")
         if int(block_bytes) < 64:
             raise InputError(f"{what}: block size must be at least 64 bytes, got {block_bytes}")
-        budget, size, block_bytes = int(budget), int(size), int(block_bytes)
+        # whole pages: the OS backs the segment by pages, so it never holds more than the budget
+        budget, size, block_bytes = int(budget) // PAGE * PAGE, int(size), int(block_bytes)
         blocks = _blocks_in(budget, size, block_bytes, len(self.fields_names), counters)
         if blocks < 1:
             need = budget_for(size, block_bytes, block_bytes, len(self.fields_names), counters)

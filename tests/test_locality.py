@@ -43,10 +43,12 @@ def _model() -> nn.Module:
 def _sgd_step(model, opt, loss, world_size: int, average: bool) -> None:
     opt.zero_grad()
     loss.backward()
-    for p in model.parameters():
-        dist.all_reduce(p.grad)  # SUM
-        if average:
-            p.grad /= world_size
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)  # SUM
+    if average:
+        flat /= world_size
+    torch.nn.utils.vector_to_parameters(flat, grads)
     opt.step()
 
 
@@ -169,7 +171,7 @@ def test_a_dead_peer_raises_a_clear_error():
 def _bad_args(rank, world_size):
     errors = []
     for kwargs in ({"mode": "nearest"}, {"on_peer_failure": "retry"}, {"timeout": 0},
-                   {"reduction": "max"}):
+                   {"reduction": "max"}, {"cache_capacity": -1}):
         try:
             LocalityBatches(Images(), LOCAL, **kwargs)
         except InputError as exc:
@@ -181,5 +183,5 @@ def test_bad_arguments_are_input_errors():
     with pytest.raises(InputError, match="not initialised"):
         LocalityBatches(Images(), LOCAL)
     errors = spawn_gloo(_bad_args, 1, timeout=30)[0]
-    assert len(errors) == 4 and all("\n" not in e for e in errors)
+    assert len(errors) == 5 and all("\n" not in e for e in errors)
     assert "nearest" in errors[0]

@@ -68,14 +68,18 @@ def _pids() -> list[int]:
 
 
 def _epochs(loader: ElasticDataLoader, epochs: int, label: str, progress: Progress | None,
-            link: RemoteStorageSource | None = None) -> tuple[list[float], list[int]]:
+            link: RemoteStorageSource | None = None,
+            paused: list[float] | None = None) -> tuple[list[float], list[int]]:
+    """Time each epoch (less what ``paused`` says the measuring hook took in it)."""
     times, reads = [], []
     for e in range(epochs):
         before = link.link()["reads"] if link is not None else 0
+        hook_s = sum(paused) if paused is not None else 0.0
         t0 = time.perf_counter()
         for _ in loader:
             pass
-        times.append(time.perf_counter() - t0)
+        spent = time.perf_counter() - t0
+        times.append(spent - ((sum(paused) - hook_s) if paused is not None else 0.0))
         reads.append(link.link()["reads"] - before if link is not None else 0)
         if progress is not None:
             progress(label, e + 1, epochs)
@@ -156,7 +160,9 @@ def _cached_run(local, decode, cfg, bw, workers, seed, epochs, policy, fraction,
     loader = _loader(dataset, cfg, workers, seed)
     plan = AccessPlan.from_loader(loader, epochs)
     block = cfg["block_bytes"]
-    budget = SharedSampleCache.budget_for(len(local), int(fraction * total), block, epochs)
+    sizes = local.sizes()
+    footprint = int((-(-sizes // block) * block).sum())  # the dataset in whole blocks
+    budget = SharedSampleCache.budget_for(len(local), int(fraction * footprint), block, epochs)
     cache = SharedSampleCache(budget, len(local), policy, plan, block_bytes=block,
                               sample_bytes=local.sizes())
     staging_bytes = StagingBuffer.budget_for(
@@ -166,10 +172,13 @@ def _cached_run(local, decode, cfg, bw, workers, seed, epochs, policy, fraction,
     dataset.attach(cache, prefetcher)
     peak = {"resident_bytes": 0, "rss_max_bytes": 0, "pss_sum_bytes": 0, "processes": 0,
             "samples": 0, "staging_resident_bytes": 0}
+    paused: list[float] = []
+    last = len(loader) - 1
 
-    def sample(stats) -> None:
-        if stats.index % 4:
+    def sample(stats) -> None:  # in the last batch of an epoch, while its workers still live
+        if stats.index not in (last // 2, last):
             return
+        t0 = time.perf_counter()
         m = cache.memory(_pids())
         for k in ("resident_bytes", "rss_max_bytes", "pss_sum_bytes", "processes"):
             peak[k] = max(peak[k], m[k])
@@ -177,11 +186,12 @@ def _cached_run(local, decode, cfg, bw, workers, seed, epochs, policy, fraction,
                                              os.stat(prefetcher.staging.arena.segment_path)
                                              .st_blocks * 512)
         peak["samples"] += 1
+        paused.append(time.perf_counter() - t0)
 
     loader.on_batch = sample
     try:
         prefetcher.start()
-        times, reads = _epochs(loader, epochs, "cached", progress, remote)
+        times, reads = _epochs(loader, epochs, "cached", progress, remote, paused)
         final = cache.memory(_pids())
         stats = cache.stats()
         usage = cache.usage()
@@ -193,8 +203,8 @@ def _cached_run(local, decode, cfg, bw, workers, seed, epochs, policy, fraction,
     cached = {"epoch_s": times, "storage_reads": reads,
               "hit_ratio": [r["hit_ratio"] for r in stats],
               "served": [{k: r[k] for k in ("ram", "disk", "staged", "storage")} for r in stats],
-              "prefetcher": dict(prefetcher.counts), "cached_samples": usage["stored"],
-              "cached_bytes": usage["stored_bytes"]}
+              "prefetcher": dict(prefetcher.counts), "dataset_footprint_bytes": footprint,
+              "cache_data_bytes": usage["data_bytes"]}
     memory = {"budget_bytes": budget, "segment_bytes": final["segment_bytes"],
               "staging_budget_bytes": staging_bytes, **peak,
               "within_budget": max(peak["resident_bytes"], peak["pss_sum_bytes"],
