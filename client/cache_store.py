@@ -113,18 +113,20 @@ class SharedSampleCache:
         """A local batch in order; a batched policy (lobster) updates its keys after all."""
         batched = self.policy.batched
         out, accesses = [], []
-        for i in indices:
-            i = int(i)
-            a, data = self._lookup(i, touch=not batched)
-            if data is None:
-                data, where = load(i)
-                self._admit(a, data, where)
-            out.append(data)
-            accesses.append(a)
-        if batched:
-            with self.arena.locked():
-                for a in accesses:
-                    self._apply(a.index, self.policy.after(a))
+        try:
+            for i in indices:
+                i = int(i)
+                a, data = self._lookup(i, touch=not batched)
+                accesses.append(a)
+                if data is None:
+                    data, where = load(i)
+                    self._admit(a, data, where)
+                out.append(data)
+        finally:  # also when a read fails: no sample stays pinned at its "in use" key
+            if batched and accesses:
+                with self.arena.locked():
+                    for a in accesses:
+                        self._apply(a.index, self.policy.after(a))
         return out
 
     def contains(self, index: int) -> bool:
@@ -155,7 +157,11 @@ class SharedSampleCache:
                 self._count(a, "ram")
                 return a, data
             if ar.field["dkey"][i] != EMPTY:
-                data = self._disk_path(i).read_bytes()
+                try:
+                    data = self._disk_path(i).read_bytes()
+                except OSError:  # removed or unreadable behind our back: a miss
+                    self._disk_drop(i)
+                    return a, None
                 if touch:
                     self._apply(i, self.policy.touch(a, 1))
                 self._count(a, "disk")
@@ -272,8 +278,11 @@ class SharedSampleCache:
                 "free_blocks": ar.free_blocks, "disk_bytes": self._disk_used()}
 
     def memory(self, pids: Sequence[int] | None = None) -> dict:
-        """The RAM tier as the OS sees it: the segment's size and resident pages (tmpfs), and
-        per process (psutil ``memory_maps``) the RSS and PSS of its mapping of the segment."""
+        """The RAM tier as the OS sees it: the segment's size and resident pages (tmpfs: the
+        physical memory it takes, counted once), and per process (psutil ``memory_maps``) the
+        RSS and PSS of its mapping of it. RSS summed over processes far above the resident size
+        shows the pages are shared, not copied. The PSS sum is read process by process, so a
+        worker starting or exiting meanwhile skews it: information, not a bound."""
         path = self.arena.segment_path
         st = os.stat(path)
         rss, pss = [], 0
@@ -285,7 +294,8 @@ class SharedSampleCache:
                         pss += m.pss
         return {"budget_bytes": self.arena.budget, "segment_bytes": st.st_size,
                 "resident_bytes": st.st_blocks * 512, "processes": len(rss),
-                "rss_max_bytes": max(rss, default=0), "pss_sum_bytes": pss}
+                "rss_max_bytes": max(rss, default=0), "rss_sum_bytes": sum(rss),
+                "pss_sum_bytes": pss}
 
     # ---- life cycle ------------------------------------------------------------------------------
     @property

@@ -86,7 +86,10 @@ class LocalityBatches:
     ``local_batch``: b, the regular per-rank batch (global batch B = b · p). ``reduction``:
     "sum" gives w_r = n_r / B for a summing gradient all-reduce, "mean" gives p · n_r / B for
     an averaging one (DDP). Costs (``read_cost``, ``message_cost``, ``compute_cost``) go to
-    the planner. ``threads`` > 0 reads storage samples with a thread pool.
+    the planner. ``threads`` > 0 reads storage samples with a thread pool, during the exchange.
+    ``timeout`` bounds each step's exchange and the directory all-gather; make it longer than
+    the longest pause one rank can take between steps (a checkpoint), or a slow peer is
+    treated as lost for the rest of the epoch (its samples then come from storage).
     """
 
     def __init__(self, dataset, local_batch: int, *, mode: str = "locality", seed: int = 0,
@@ -169,6 +172,7 @@ class LocalityBatches:
         batches = global_batches(self.seed, epoch, self.size, self.world_size,
                                  self.local_batch, self.shuffle, self.drop_last)
         holder = self.directory()
+        self.lost = set()  # everyone took part in the directory exchange: all alive again
         stats = self.stats[epoch] = LocalityStats(lost_peers=self.lost)
         pool = ThreadPoolExecutor(self.threads) if self.threads > 0 else None
         try:
@@ -183,27 +187,31 @@ class LocalityBatches:
 
     # ---- one step --------------------------------------------------------------------------
     def _assemble(self, plan: StepPlan, step: int, stats: LocalityStats, pool) -> LocalBatch:
+        """Exchange first (every rank is in this phase at once, so a wait measures only the
+        peer), storage reads meanwhile in the pool (``threads``) or after it."""
         me = self.rank
         ids = plan.local_samples[me]
         sends = [(dst, sent) for src, dst, sent in plan.transfers if src == me]
         recvs = [(src, got) for src, dst, got in plan.transfers if dst == me]
-        deadline = time.monotonic() + self.timeout
+        reads = plan.storage_reads[me].tolist()
+        early = [pool.submit(self.dataset.__getitem__, i) for i in reads] if pool else None
         pending = self._post_receives(recvs, step)
-        send_work = self._send(sends, step, stats, pool)
-        items = dict(zip(plan.storage_reads[me].tolist(),
-                         self._read(plan.storage_reads[me], pool), strict=True))
-        stats.read += len(plan.storage_reads[me])
-        received = self._finish_receives(pending, step, deadline, stats)
+        send_work = self._send(sends, step, stats)
+        deadline = time.monotonic() + self.timeout
+        received = self._finish_receives(pending, step, deadline)
+        self._finish_sends(send_work, step, deadline)
         stats.messages.append(len(received))
+        got_reads = [f.result() for f in early] if early is not None else self._read(reads, pool)
+        items = dict(zip(reads, got_reads, strict=True))
+        stats.read += len(reads)
         for src, got in recvs:
             if src in received:
                 items.update(zip(got.tolist(), received[src], strict=True))
                 stats.received += got.size
             else:  # the peer failed: read its samples from storage
-                items.update(zip(got.tolist(), self._read(got, pool), strict=True))
+                items.update(zip(got.tolist(), self._read(got.tolist(), pool), strict=True))
                 stats.read += got.size
                 stats.fallbacks += got.size
-        self._finish_sends(send_work, step, deadline)
         local = []
         for i in ids.tolist():
             if i not in items:
@@ -229,8 +237,7 @@ class LocalityBatches:
         except KeyError:  # evicted by an outside policy since the directory was taken
             return self.dataset[i]
 
-    def _read(self, ids: np.ndarray, pool) -> list:
-        keys = ids.tolist()
+    def _read(self, keys: list[int], pool) -> list:
         if pool is not None and len(keys) > 1:
             return list(pool.map(self.dataset.__getitem__, keys))
         return [self.dataset[i] for i in keys]
@@ -271,7 +278,7 @@ class LocalityBatches:
                 t, s, tag=self._tag(step, 0)), src, step))
         return pending
 
-    def _send(self, sends, step: int, stats: LocalityStats, pool) -> list:
+    def _send(self, sends, step: int, stats: LocalityStats) -> list:
         work = []
         for dst, ids in sends:
             if dst in self.lost:
@@ -288,8 +295,7 @@ class LocalityBatches:
             stats.sent += ids.size
         return work
 
-    def _finish_receives(self, pending: dict, step: int, deadline: float,
-                         stats: LocalityStats) -> dict[int, list]:
+    def _finish_receives(self, pending: dict, step: int, deadline: float) -> dict[int, list]:
         out: dict[int, list] = {}
         for src, (length, work) in pending.items():
             if work is None or not self._wait(work, src, step, deadline, length):

@@ -175,7 +175,8 @@ class SampleArena:
         self.on_repair = None
 
     def _make_lock(self) -> None:
-        path = os.path.join(SHM_DIR, self.shm.name)
+        self._name = self.shm.name  # kept after close, to check that the segment is gone
+        path = os.path.join(SHM_DIR, self._name)
         if not os.path.exists(path):  # no /dev/shm (not Linux): a lock file beside it
             path = os.path.join(tempfile.gettempdir(), f"adloader-{self.shm.name}.lock")
         self.lock_path = path
@@ -183,11 +184,11 @@ class SampleArena:
 
     @property
     def name(self) -> str:
-        return self.shm.name
+        return self._name
 
     @property
     def segment_path(self) -> str:
-        return os.path.join(SHM_DIR, self.shm.name)
+        return os.path.join(SHM_DIR, self._name)
 
     @contextlib.contextmanager
     def locked(self):
@@ -220,7 +221,7 @@ class SampleArena:
         return getattr(self, "shm", None) is None
 
     def __getstate__(self) -> dict:
-        return {"name": self.shm.name, "fields": self.fields_names, "what": self.what}
+        return {"name": self._name, "fields": self.fields_names, "what": self.what}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(0, 0, fields=state["fields"], what=state["what"], name=state["name"])

@@ -99,6 +99,17 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         """Cancel a job: a queued one never starts, a running one is terminated."""
         return found(job_id, call("cancel", service.cancel, job_id))
 
+    @v1.post("/jobs/{job_id}/pause", response_model=JobView, tags=["jobs"])
+    def pause(job_id: str, checkpoint: bool = False) -> JobView:
+        """Suspend a running job at its next batch boundary (§III-C): its workers go to the
+        others; with ``checkpoint`` it saves model, optimizer and loader state first."""
+        return found(job_id, call("pause", service.pause, job_id, checkpoint))
+
+    @v1.post("/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"])
+    def resume(job_id: str) -> JobView:
+        """Resume a paused job; the next decision gives it its share of the workers."""
+        return found(job_id, call("resume", service.resume, job_id))
+
     @v1.get("/jobs/{job_id}/log", response_class=PlainTextResponse, tags=["jobs"])
     def job_log(job_id: str,
                 tail: Annotated[int, Query(ge=0, le=MAX_TAIL)] = DEFAULT_TAIL) -> str:

@@ -75,6 +75,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("job", metavar="ID", help="job id, e.g. j-000001")
     p.set_defaults(func=_cancel)
 
+    p = sub.add_parser("pause", parents=[common], help="suspend a running job")
+    p.add_argument("job", metavar="ID")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="save model, optimizer and loader state before pausing")
+    p.set_defaults(func=_pause)
+
+    p = sub.add_parser("resume", parents=[common], help="resume a paused job")
+    p.add_argument("job", metavar="ID")
+    p.set_defaults(func=_resume)
+
     p = sub.add_parser("logs", parents=[common], help="a job's output")
     p.add_argument("job", metavar="ID", help="job id, e.g. j-000001")
     p.add_argument("--tail", type=int, default=64 * 1024, metavar="BYTES",
@@ -253,6 +263,21 @@ def _jobs(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     job = request(args, "DELETE", f"/v1/jobs/{quote(args.job, safe='')}").json()
     print(f"cancelled {job['id']} ({job['name']}): {job['state']}")
+    return 0
+
+
+@_run
+def _pause(args: argparse.Namespace) -> int:
+    path = f"/v1/jobs/{quote(args.job, safe='')}/pause"
+    job = request(args, "POST", path, params={"checkpoint": args.checkpoint}).json()
+    print(f"pausing {job['id']} ({job['name']}) at its next batch boundary")
+    return 0
+
+
+@_run
+def _resume(args: argparse.Namespace) -> int:
+    job = request(args, "POST", f"/v1/jobs/{quote(args.job, safe='')}/resume").json()
+    print(f"resumed {job['id']} ({job['name']}): {job['state']}")
     return 0
 
 

@@ -45,6 +45,7 @@ class Launcher:
             "CUDA_VISIBLE_DEVICES": ids,
             "PYTHONUNBUFFERED": "1",
         })
+        full_env.setdefault("ADLOADER_CHECKPOINT_DIR", str(self.log_dir.parent / "checkpoints"))
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(command, cwd=cwd or None, env=full_env, stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

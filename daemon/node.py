@@ -276,6 +276,20 @@ class Node:
             self._apply(self.scheduler.finished(job_id, "cancelled"))
             return self._view(self.store.get_job(job_id))
 
+    def pause(self, job_id: str, checkpoint: bool) -> JobView | None:
+        with self.lock:
+            if self.store.get_job(job_id) is None:
+                return None
+            self._apply(self.scheduler.pause(job_id, checkpoint))
+            return self.job(job_id)
+
+    def resume(self, job_id: str) -> JobView | None:
+        with self.lock:
+            if self.store.get_job(job_id) is None:
+                return None
+            self._apply(self.scheduler.resume(job_id))
+            return self.job(job_id)
+
     def allocations(self) -> dict:
         with self.lock:
             jobs = {j.id: j.workers for j in self.scheduler.jobs.values() if j.state in ACTIVE}

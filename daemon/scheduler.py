@@ -12,8 +12,19 @@ import hmac
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from adloader.errors import InputError
 from adloader.planner import PlanJob, plan
-from adloader.protocol import Allocation, Finish, Heartbeat, Paused, Refused, Register, Resize
+from adloader.protocol import (
+    Allocation,
+    Finish,
+    Heartbeat,
+    Pause,
+    Paused,
+    Refused,
+    Register,
+    Resize,
+    Resume,
+)
 from adloader.samples import LoadingSample, TrainingSample
 from adloader.throughput import ThroughputModel
 
@@ -116,8 +127,10 @@ class Scheduler:
         if isinstance(msg, Heartbeat):
             return self._heartbeat(job, msg)
         if isinstance(msg, Paused):
-            job.state = "paused"
-            return Actions(changed=[job], events=[(job.id, "paused", {"seq": msg.seq})])
+            job.state, job.workers = "paused", 0
+            self._open(0.0)  # its workers go to the others now
+            return Actions(changed=[job], events=[(job.id, "paused", {
+                "seq": msg.seq, "checkpoint": msg.checkpoint})])
         if isinstance(msg, Finish):
             return self.finished(job.id, "finished", msg.exit_code, msg.iterations)
         return Actions()
@@ -142,12 +155,35 @@ class Scheduler:
             self._open(self.completion_window_s if state == "finished" else 0.0)
         return out
 
+    def pause(self, job_id: str, checkpoint: bool = False) -> Actions:
+        """Suspension or preemption (§III-C): the master pauses at its next batch boundary,
+        releases its workers (checkpointing first if asked) and answers Paused."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state != "running" or not job.registered:
+            state = job.state if job else "unknown"
+            raise InputError(f"job {job_id!r} is {state}: only a running job can pause")
+        job.seq += 1
+        return Actions(send=[(job.id, Pause(seq=job.seq, checkpoint=checkpoint))],
+                       events=[(job.id, "pause", {"seq": job.seq, "checkpoint": checkpoint})])
+
+    def resume(self, job_id: str) -> Actions:
+        """A paused job runs again with one worker; the next decision gives it its share."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state != "paused":
+            state = job.state if job else "unknown"
+            raise InputError(f"job {job_id!r} is {state}: only a paused job can resume")
+        job.seq += 1
+        job.state, job.workers, job.last_seen = "running", 1, self.clock()
+        self._open(0.0)
+        return Actions(changed=[job], send=[(job.id, Resume(seq=job.seq, workers=1))],
+                       events=[(job.id, "resume", {"seq": job.seq})])
+
     def tick(self) -> Actions:
         """Lost jobs (no heartbeat within the timeout) and buffers whose window closed."""
         now = self.clock()
         out = Actions()
         for job in list(self.jobs.values()):
-            if (job.state == "running" and job.registered
+            if (job.state in ACTIVE and job.registered
                     and now - job.last_seen > self.lost_timeout_s):
                 out.extend(self.finished(job.id, "lost"))
         if self.flush_at is not None and now >= self.flush_at:
@@ -165,7 +201,7 @@ class Scheduler:
 
     def replan(self) -> Actions:
         """Close the buffers: admit, allocate, launch new jobs, resize running ones."""
-        running = [j for j in self.jobs.values() if j.state in ACTIVE]
+        running = [j for j in self.jobs.values() if j.state == "running"]  # paused: no workers
         waiting = sorted((j for j in self.jobs.values() if j.state in WAITING),
                          key=lambda j: (j.submitted, j.id))
         if not running and not waiting:
@@ -249,8 +285,6 @@ class Scheduler:
         job.iteration, job.throughput = msg.iteration, msg.samples_per_s
         job.step_s, job.data_wait_s = msg.step_s, msg.data_wait_s
         job.seq = max(job.seq, msg.applied_seq)
-        if job.state == "paused":
-            job.state = "running"
         out = Actions()
         iteration_s = msg.step_s + msg.data_wait_s
         if msg.step_s > 0 and iteration_s > 0:

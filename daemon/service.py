@@ -56,6 +56,14 @@ class NodeService(Protocol):
         """Stop a job (terminate it if running); its view afterwards."""
         ...
 
+    def pause(self, job_id: str, checkpoint: bool) -> JobView | None:
+        """Ask a running job to pause (InputError if it is not running); its view."""
+        ...
+
+    def resume(self, job_id: str) -> JobView | None:
+        """Resume a paused job (InputError if it is not paused); its view."""
+        ...
+
     def allocations(self) -> dict:
         """``{"policy": str, "capacity": int, "jobs": {job_id: workers}}``."""
         ...

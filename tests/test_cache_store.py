@@ -95,7 +95,12 @@ def test_decisions_match_the_simulator(policy):
         for batch in np.split(seq.samples, cuts):
             batch = batch.tolist()
             loaded = set()
-            cache.fetch_many(batch, lambda i: (loaded.add(i), (bytes(bb), "storage"))[1])
+
+            def load(i, loaded=loaded):
+                loaded.add(i)
+                return bytes(bb), "storage"
+
+            cache.fetch_many(batch, load)
             hit += [i not in loaded for i in batch]
         assert np.array_equal(np.array(hit), ref.hit)
         assert sum(r["ram"] for r in cache.stats()) == ref.hits

@@ -180,3 +180,20 @@ def test_replay_writes_the_sim_result_shape(daemon, tmp_path):
                 "gpu_idle_fraction", "reallocations", "timeline"):
         assert key in result
     assert result["timeline"] and all(sum(e["workers"].values()) <= 4 for e in result["timeline"])
+
+
+def test_pause_with_checkpoint_then_resume(daemon):
+    job = daemon.submit("pausable", iterations=100000, step_scale=2.0)
+    wait_for(lambda: (daemon.job(job)["iteration"] or 0) > 3, 90, "the job to train")
+    r = daemon.http.post(f"/v1/jobs/{job}/pause", params={"checkpoint": True})
+    assert r.status_code == 200, r.text
+    wait_for(lambda: daemon.job(job)["state"] == "paused", 30, "the job to pause")
+    assert daemon.job(job)["workers"] == 0
+    paused = daemon.events("paused", job)[-1]["data"]
+    assert paused["checkpoint"] and os.path.exists(paused["checkpoint"])
+    held = daemon.job(job)["iteration"]
+    assert daemon.http.post(f"/v1/jobs/{job}/pause").status_code == 400  # not running
+    r = daemon.http.post(f"/v1/jobs/{job}/resume")
+    assert r.status_code == 200, r.text
+    wait_for(lambda: (daemon.job(job)["iteration"] or 0) > held + 3, 30, "training to go on")
+    wait_for(lambda: daemon.job(job)["workers"] == 4, 30, "its share of the workers back")
