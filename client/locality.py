@@ -1,12 +1,13 @@
-"""Locality-aware batches across the ranks of a job, over ``torch.distributed`` (gloo or nccl).
+"""Locality-aware batches across the ranks of a job, over ``torch.distributed``.
 
 Every rank knows the global batch of each step from the seed (``adloader.balance.
 global_batches``: the union of what each rank's ``ElasticDataLoader`` yields) and, once per
 epoch, every rank's cache contents (an all-gather of one packed bitmap per rank: the cache
 directory, fixed for the epoch). From these all ranks compute the same ``StepPlan``
 (``adloader.balance``, mode by name), so nobody negotiates: rank r sends its planned
-transfers with ``isend``, receives its own with ``irecv``, reads the rest from storage (the
-dataset) and trains on its part with loss weight w_r = n_r / B (Theorem 1, SOLAR eq. 3).
+transfers with ``isend``, receives its own with ``irecv`` (on CPU: gloo, or a gloo group of
+all ranks beside nccl), reads the rest from storage (the dataset) and trains on its part
+with loss weight w_r = n_r / B (Theorem 1, SOLAR eq. 3).
 
 The cache is any ``MutableMapping`` sample id → item (default: a dict), filled with what the
 rank reads from storage until it holds ``cache_capacity`` samples (default ⌈N/p⌉, the rank's
@@ -122,6 +123,8 @@ class LocalityBatches:
         self.seed, self.shuffle, self.drop_last = int(seed), bool(shuffle), bool(drop_last)
         self.cache: MutableMapping = {} if cache is None else cache
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        # samples travel as CPU byte tensors: under nccl, over a gloo group of all ranks
+        self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         self.cache_capacity = (samples_per_rank(self.size, self.world_size)
                                if cache_capacity is None else int(cache_capacity))
         self.collate_fn = collate_fn or default_collate
@@ -158,7 +161,7 @@ class LocalityBatches:
         mine = torch.from_numpy(np.packbits(self.holdings()))
         parts = [torch.empty_like(mine) for _ in range(self.world_size)]
         try:
-            work = dist.all_gather(parts, mine, async_op=True)
+            work = dist.all_gather(parts, mine, group=self.group, async_op=True)
             work.wait(timeout=timedelta(seconds=self.timeout))
         except RuntimeError as exc:
             raise ExchangeError(f"locality exchange: the cache directory all-gather of epoch "
@@ -275,7 +278,7 @@ class LocalityBatches:
                 continue
             length = torch.zeros(1, dtype=torch.int64)
             pending[src] = (length, self._try(lambda s=src, t=length: dist.irecv(
-                t, s, tag=self._tag(step, 0)), src, step))
+                t, s, group=self.group, tag=self._tag(step, 0)), src, step))
         return pending
 
     def _send(self, sends, step: int, stats: LocalityStats) -> list:
@@ -289,7 +292,7 @@ class LocalityBatches:
             length = torch.tensor([data.numel()], dtype=torch.int64)
             for tensor, part in ((length, 0), (data, 1)):
                 w = self._try(lambda t=tensor, d=dst, k=part: dist.isend(
-                    t, d, tag=self._tag(step, k)), dst, step)
+                    t, d, group=self.group, tag=self._tag(step, k)), dst, step)
                 if w is not None:
                     work.append((dst, w, tensor))
             stats.sent += ids.size
@@ -301,8 +304,8 @@ class LocalityBatches:
             if work is None or not self._wait(work, src, step, deadline, length):
                 continue
             data = torch.empty(int(length.item()), dtype=torch.uint8)
-            work = self._try(lambda s=src, t=data: dist.irecv(t, s, tag=self._tag(step, 1)),
-                             src, step)
+            work = self._try(lambda s=src, t=data: dist.irecv(
+                t, s, group=self.group, tag=self._tag(step, 1)), src, step)
             if work is None or not self._wait(work, src, step, deadline, data):
                 continue
             out[src] = pickle.loads(data.numpy().tobytes())

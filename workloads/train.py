@@ -49,6 +49,20 @@ def gpu_locks(gpu_ids: list[int]):
             fh.close()
 
 
+SLICE_S = 0.01  # a GPU time-slices between processes; so does the emulation
+
+
+def emulate_step(step_s: float, gpu_ids: list[int]) -> None:
+    """Hold the job's GPUs for step_s in all, a slice at a time, so jobs that share a GPU
+    interleave their steps as time-slicing would (max-min fair on average)."""
+    left = step_s
+    while left > 0:
+        chunk = min(SLICE_S, left)
+        with gpu_locks(gpu_ids):
+            time.sleep(chunk)
+        left -= chunk
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="adloader-train", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True)
@@ -114,8 +128,7 @@ def main(argv=None) -> int:
                 optimizer.step()
                 torch.cuda.synchronize()
             else:
-                with gpu_locks(gpu_ids):
-                    time.sleep(step_s)
+                emulate_step(step_s, gpu_ids)
             done += 1
             if done >= args.iterations:
                 break
