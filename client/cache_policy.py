@@ -50,14 +50,17 @@ class AccessPlan:
         seq = np.concatenate(seqs)
         if seq.size and (seq.min() < 0 or seq.max() >= size):
             raise InputError(f"access plan: sample ids must be in 0..{size - 1}")
-        self.size, self.local_batch, self.sequence = int(size), int(local_batch), seq
+        small = np.int32 if max(size, seq.size) < 2**31 else np.int64  # 4 B per access
+        self.size, self.local_batch = int(size), int(local_batch)
+        self.sequence = seq.astype(small)
         lens = np.array([s.size for s in seqs], dtype=np.int64)
         self.epoch_start = np.concatenate([[0], np.cumsum(lens)])
         steps = -(-lens // self.local_batch)
         self.step_start = np.concatenate([[0], np.cumsum(steps)])
         self.counts = np.bincount(seq, minlength=size)  # r_k of this rank
         self._starts = np.concatenate([[0], np.cumsum(self.counts)])
-        self._positions = np.argsort(seq, kind="stable")  # grouped by sample, ascending
+        # positions grouped by sample, ascending: the k-th read of i is _positions[_starts[i]+k]
+        self._positions = np.argsort(self.sequence, kind="stable").astype(small)
 
     @classmethod
     def from_loader(cls, loader, epochs: int) -> AccessPlan:

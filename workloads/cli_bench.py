@@ -161,7 +161,32 @@ def bench_locality(args) -> int:
     return 0
 
 
-EXTRA = {"resize": bench_resize, "cache": bench_cache, "live": bench_live, "api": bench_api,
+def bench_storage(args) -> int:
+    """Epoch times over slow shared storage, with and without the node's RAM cache."""
+    from adloader.workloads.bench_storage import run_storage_bench
+
+    console = wide_console()
+    with console.status("bench storage: real loader processes over a slow shared link"):
+        result = run_storage_bench(quick=args.quick)
+    cfg, un, ca = result["config"], result["uncached"], result["cached"]
+    rows = [[e + 1, f"{un['epoch_s'][e]:.2f}", f"{ca['epoch_s'][e]:.2f}",
+             f"{result['speedup_per_epoch'][e]:.2f}", f"{ca['hit_ratio'][e]:.3f}",
+             un["storage_reads"][e], ca["storage_reads"][e]] for e in range(len(un["epoch_s"]))]
+    console.print(_table(
+        f"epoch time over {cfg.get('bandwidth_mb_s', '?')} MB/s shared storage, policy "
+        f"{cfg.get('policy', '?')}, RAM cache {cfg.get('cache_fraction', 0):.0%} of the data",
+        ["epoch", "no cache s", "cache s", "× faster", "hit ratio", "reads (no cache)",
+         "reads (cache)"], rows))
+    mem = result["memory"]
+    console.print(f"epochs ≥ 2: {result['later_epoch_speedup']:.2f}× faster (target "
+                  f"{result['target']:g}×); RAM tier resident {mem['resident_bytes']:,} B of a "
+                  f"{mem['budget_bytes']:,} B budget (psutil), within budget: "
+                  f"{mem['within_budget']}")
+    _save(args, result)
+    return 0
+
+
+EXTRA = {"resize": bench_resize, "storage": bench_storage, "cache": bench_cache, "live": bench_live, "api": bench_api,
          "locality": bench_locality}
 
 
