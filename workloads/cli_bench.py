@@ -186,8 +186,8 @@ def bench_storage(args) -> int:
     return 0
 
 
-EXTRA = {"resize": bench_resize, "storage": bench_storage, "cache": bench_cache, "live": bench_live, "api": bench_api,
-         "locality": bench_locality}
+EXTRA = {"resize": bench_resize, "live": bench_live, "api": bench_api, "cache": bench_cache,
+         "storage": bench_storage, "locality": bench_locality}
 
 
 def add_arguments(parser) -> None:
