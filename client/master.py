@@ -82,8 +82,10 @@ class JobMaster:
         state: Callable[[], dict] | None = None,
         log: Callable[[str], None] = _stderr,
         connect_timeout_s: float = 2.0,
+        miss_load: Callable[[], float] | None = None,
     ):
         self.loader = loader
+        self._miss_load = miss_load
         self.job = job
         self.endpoint = endpoint
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
@@ -236,9 +238,24 @@ class JobMaster:
         self._applied_seq = command.seq
 
     def _resize(self, workers: int) -> None:
+        """The job's workers; with several ranks, this rank's share of them in proportion
+        to its predicted miss load (Lobster §4.2) — every rank computes the same split."""
+        share = self._rank_share(workers) if self._distributed else workers
         if self.loader is not None:
-            self.loader.resize(workers)
+            self.loader.resize(share)
         self._workers = workers
+
+    def _rank_share(self, total: int) -> int:
+        from adloader.balance import split_workers
+
+        if self._miss_load is not None:
+            load = float(self._miss_load())
+        else:  # the data wait per batch so far: a rank that misses more waits more
+            with self._lock:
+                load = self._wait_sum / max(self._count, 1)
+        loads = [0.0] * self.world_size
+        _dist().all_gather_object(loads, max(load, 0.0))
+        return int(split_workers(total, loads)[self.rank])
 
     def _pause(self, command: Pause) -> None:
         """Release the workers, checkpoint if asked, say Paused; wait for Resume if new."""
@@ -350,14 +367,17 @@ def attach(loader=None, *, model: str | None = None, features: JobFeatures | Non
            endpoint: str | None = None, job: str | None = None, token: str | None = None,
            checkpoint_dir: str | os.PathLike | None = None,
            state: Callable[[], dict] | None = None, log: Callable[[str], None] = _stderr,
-           connect_timeout_s: float = 2.0) -> JobMaster:
+           connect_timeout_s: float = 2.0,
+           miss_load: Callable[[], float] | None = None) -> JobMaster:
     """Put ``loader`` under the node daemon; returns the job's master (already started).
 
     endpoint/job/token default to ADLOADER_ENDPOINT/ADLOADER_JOB/ADLOADER_TOKEN (set by the
     daemon's launcher), ADLOADER_WORKERS is the initial worker count, ADLOADER_MODEL a
     fallback for ``model`` and ADLOADER_CHECKPOINT_DIR for ``checkpoint_dir``. ``model``
     (a zoo name) gives the FLOPs and parameters of ``features``; ``gpus`` defaults to the
-    world size. ``state()`` returns the state dicts to checkpoint on Pause.
+    world size. ``state()`` returns the state dicts to checkpoint on Pause. In a multi-rank
+    job the daemon's workers are the job's; each rank runs its share, in proportion to
+    ``miss_load()`` (its predicted cache misses; default: its data wait per batch).
     """
     endpoint = endpoint or os.environ.get("ADLOADER_ENDPOINT") or None
     job = job or os.environ.get("ADLOADER_JOB") or f"{socket.gethostname()}-{os.getpid()}"
@@ -376,7 +396,7 @@ def attach(loader=None, *, model: str | None = None, features: JobFeatures | Non
     master = JobMaster(loader, job=job, token=token, endpoint=endpoint, features=feats,
                        workers=workers, requested=built if requested is None else requested,
                        checkpoint_dir=checkpoint_dir, state=state, log=log,
-                       connect_timeout_s=connect_timeout_s)
+                       connect_timeout_s=connect_timeout_s, miss_load=miss_load)
     if loader is not None:
         previous = getattr(loader, "on_batch", None)
         if previous is None:
