@@ -3,22 +3,16 @@
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 from rich.progress import Progress
 from rich.table import Table
 
 from adloader.workloads.cli_model import wide_console
+from adloader.workloads.files import write_json
 
 
 def _save(args, data) -> None:
     if getattr(args, "json", None):
-        path = Path(args.json)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, path)
+        write_json(args.json, data)
 
 
 def _table(title: str, columns: list[str], rows: list[list]) -> Table:

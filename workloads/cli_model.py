@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from adloader.cli import env_default
 from adloader.errors import InputError
 from adloader.throughput import REGRESSORS, ThroughputModel
 from adloader.workloads import synth
+from adloader.workloads.files import write_json
 from adloader.workloads.profile import load_profile
 from adloader.workloads.samplefile import read_samples, write_samples
 
@@ -47,10 +47,7 @@ def describe(model: ThroughputModel) -> str:
 
 
 def save_model(model: ThroughputModel, path: str | Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(model.to_json()) + "\n")
-    os.replace(tmp, path)
+    write_json(path, model.to_json(), indent=None)
 
 
 def load_model(path: str | Path) -> ThroughputModel:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 from rich.progress import Progress
 
 from adloader.cli import env_default
 from adloader.workloads.cli_model import wide_console
 from adloader.workloads.cli_sim import result_line, result_table
+from adloader.workloads.files import write_json
 from adloader.workloads.plot import plot_timelines
 from adloader.workloads.replay import replay
 from adloader.workloads.trace import load_trace
@@ -29,10 +26,7 @@ def _replay(args) -> int:
     console.print(result_table(result, f"replay of {trace.name or args.trace} (live)"))
     console.print(result_line(result))
     if args.json:
-        path = Path(args.json)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(tmp, path)
+        write_json(args.json, result)
     if args.plot:
         plot_timelines([result], args.plot)
         console.print(f"wrote {args.plot}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 from rich.table import Table
@@ -13,6 +11,7 @@ from adloader.cli import env_default
 from adloader.errors import InputError
 from adloader.workloads import bench, cli_bench, synth
 from adloader.workloads.cli_model import describe, load_model, score_table, wide_console
+from adloader.workloads.files import write_json
 from adloader.workloads.plot import plot_timelines
 from adloader.workloads.profile import load_profile
 from adloader.workloads.simulator import LIVE_RESIZE_S, SimConfig, simulate
@@ -20,10 +19,7 @@ from adloader.workloads.trace import load_trace
 
 
 def _write_json(data, path) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json(path, data)
 
 
 def _setup(args):

@@ -10,7 +10,6 @@ profile`` writes one measured on the machine it runs on.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -136,7 +135,6 @@ def load_profile(name_or_path: str) -> DeviceProfile:
 
 
 def save_profile(profile: DeviceProfile, path: str | Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(profile.to_json(), indent=2) + "\n")
-    os.replace(tmp, path)
+    from adloader.workloads.files import write_json
+
+    write_json(path, profile.to_json())
