@@ -77,13 +77,16 @@ def summarise(trace, ids, views, events, alloc, iterations, start) -> dict:
     spec = {j.name: j for j in trace.jobs}
     jobs, busy, held = [], 0.0, 0.0
     finished = {e["job"]: e["data"] for e in events if e["kind"] in FINAL and e["job"] in by_id}
-    first_workers = {}
+    first_workers, registered = {}, {}
     for e in events:
         if e["kind"] == "launched" and e["job"] in by_id:
             first_workers.setdefault(e["job"], e["data"]["workers"])
+        if e["kind"] in ("registered", "attached") and e["job"] in by_id:
+            registered.setdefault(e["job"], e["t"])  # training starts: the process is up
     for job_id, view in views.items():
         name = by_id[job_id]
-        t0, t1 = (view["started_at"] or view["submitted_at"]), view["finished_at"] or time.time()
+        t0 = registered.get(job_id) or view["started_at"] or view["submitted_at"]
+        t1 = view["finished_at"] or time.time()
         samples = spec[name].batch_size * (view["iteration"] or iterations[name])
         info = finished.get(job_id, {})
         busy += info.get("busy_s", 0.0)
