@@ -197,3 +197,16 @@ def test_pause_with_checkpoint_then_resume(daemon):
     assert r.status_code == 200, r.text
     wait_for(lambda: (daemon.job(job)["iteration"] or 0) > held + 3, 30, "training to go on")
     wait_for(lambda: daemon.job(job)["workers"] == 4, 30, "its share of the workers back")
+
+
+def test_heartbeats_become_samples_and_the_model_is_refitted(daemon):
+    job = daemon.submit("teacher", iterations=100000, step_scale=2.0)
+    assert daemon.http.get("/v1/model").json()["source"] == "prior"
+    wait_for(lambda: max(daemon.http.get("/v1/model").json()["samples"].values()) >= 6, 120,
+             "six samples of one kind from heartbeats")
+    r = daemon.http.post("/v1/model/fit")
+    assert r.status_code == 200, r.text
+    model = daemon.http.get("/v1/model").json()
+    assert model["source"] == "online"
+    assert daemon.events("model_fit")
+    assert daemon.job(job)["state"] == "running"
