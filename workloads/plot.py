@@ -12,19 +12,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def _draw(ax, result: dict) -> None:
+def _draw(ax, result: dict, colors: dict[str, object]) -> None:
     timeline = result["timeline"]
     names = [j["name"] for j in sorted(result["jobs"], key=lambda j: j["start_s"])]
     times = [e["t_s"] for e in timeline]
     end = max(j["end_s"] for j in result["jobs"])
     times_ext = times + [end]
     bottom = [0.0] * len(times_ext)
-    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-    for k, name in enumerate(names):
+    for name in names:
         height = [e["workers"].get(name, 0) for e in timeline]
         height = height + height[-1:]
         top = [b + h for b, h in zip(bottom, height, strict=True)]
-        ax.fill_between(times_ext, bottom, top, step="post", color=cmap(k % cmap.N),
+        ax.fill_between(times_ext, bottom, top, step="post", color=colors[name],
                         alpha=0.85, label=name, linewidth=0)
         bottom = top
     for ev in result.get("events", []):
@@ -46,8 +45,11 @@ def plot_timelines(results: Sequence[dict], path: str | Path, title: str = "") -
     """One panel per result; red lines mark reallocations, green plans that moved nothing."""
     path = Path(path)
     fig, axes = plt.subplots(len(results), 1, figsize=(9, 2.8 * len(results)), squeeze=False)
+    names = sorted({j["name"] for r in results for j in r["jobs"]})
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    colors = {name: cmap(k % cmap.N) for k, name in enumerate(names)}  # one job, one colour
     for ax, result in zip(axes[:, 0], results, strict=True):
-        _draw(ax, result)
+        _draw(ax, result, colors)
         ax.legend(loc="upper right", fontsize=7, ncol=4)
     axes[-1, 0].set_xlabel("time (s)")
     if title:
