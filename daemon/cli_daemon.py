@@ -52,10 +52,10 @@ def _daemon(args) -> int:
     overrides = {k: v for k, v in vars(args).items()
                  if k in DaemonConfig.__dataclass_fields__ and v is not None}
     config = DaemonConfig(**{**config.__dict__, **overrides})
-    token, existed = ensure_token(config.token_path)
-    if not is_loopback(config.host) and not existed:
+    if not is_loopback(config.host) and not config.token_path.exists():
         raise InputError(f"refusing to listen on {config.host} (not loopback) without a token "
                          f"provisioned beforehand in {config.token_path}")
+    token, _ = ensure_token(config.token_path)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     node = Node(config)
     node.start()

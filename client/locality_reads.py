@@ -1,0 +1,57 @@
+"""The samples a rank reads itself in locality-aware assembly, through an ``ElasticDataLoader``.
+
+Rank r's storage reads of step t, ``StepPlan.storage_reads[r]``, follow from the seed and the
+epoch's cache directory alone, so once the directory is exchanged the whole epoch's read lists
+are known: ``StepReads`` hands them to the loader as its batch sampler (one list per step, maybe
+empty), and the loader's worker pool — resizable live by the application master — reads them
+ahead while the trainer exchanges and trains. Items come back uncollated, in step order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from adloader.client.loader import ElasticDataLoader
+
+
+class StepReads:
+    """Batch sampler: per step of the epoch, the dataset indices this rank reads itself."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[int]] = []
+
+    def set_steps(self, steps: Sequence[Sequence[int]]) -> None:
+        self.steps = [[int(i) for i in s] for s in steps]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+def as_list(items: list) -> list:
+    """The loader's collate: a step's items stay separate (the trainer adds what it gets)."""
+    return list(items)
+
+
+def reads_loader(dataset, num_workers: int, threads: int, seed: int) -> ElasticDataLoader:
+    """An ``ElasticDataLoader`` of ``num_workers`` reading what a ``StepReads`` sampler lists."""
+    return ElasticDataLoader(dataset, batch_sampler=StepReads(), num_workers=num_workers,
+                             collate_fn=as_list, seed=seed, threads=threads)
+
+
+def own(item: Any) -> Any:
+    """``item`` with tensors a worker put in shared memory copied out, so that a long-lived
+    cache holds no shared segments (one open file descriptor each)."""
+    if isinstance(item, torch.Tensor):
+        return item.clone() if item.is_shared() else item
+    if isinstance(item, tuple | list):
+        out = [own(x) for x in item]
+        return type(item)(out) if not hasattr(item, "_fields") else type(item)(*out)
+    if isinstance(item, dict):
+        return {k: own(v) for k, v in item.items()}
+    return item
