@@ -1,9 +1,8 @@
-"""Daemon settings: embedded defaults, then a TOML file, then ``ADLOADER_*`` variables."""
+"""Daemon settings: embedded defaults, then a TOML file's table, then ``ADLOADER_*`` variables."""
 
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -60,29 +59,22 @@ def _coerce(name: str, kind, raw, origin: str):
         raise InputError(f"{origin}: setting {name!r} must be {kind}, got {raw!r}") from None
 
 
-def load_config(path: str | Path | None = None, environ=None) -> DaemonConfig:
-    """Defaults, overridden by the TOML file, overridden by ADLOADER_<SETTING> variables."""
+def config_from(data: dict | None = None, environ=None, origin: str = "config") -> DaemonConfig:
+    """Defaults, overridden by ``data`` (a parsed TOML table), overridden by
+    ADLOADER_<SETTING> variables. Reading the file is the caller's (``daemon.settings``)."""
     environ = os.environ if environ is None else environ
-    cfg = DaemonConfig()
     types = {f.name: f.type for f in fields(DaemonConfig)}
     values: dict = {}
-    if path:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError(f"{path}: not valid TOML: {exc}") from None
-        data = data.get("daemon", data)
-        for key, raw in data.items():
-            if key not in types:
-                raise InputError(f"{path}: unknown setting {key!r}")
-            values[key] = _coerce(key, types[key], raw, str(path))
+    data = (data or {}).get("daemon", data or {})
+    for key, raw in data.items():
+        if key not in types:
+            raise InputError(f"{origin}: unknown setting {key!r}")
+        values[key] = _coerce(key, types[key], raw, origin)
     for key, kind in types.items():
         raw = environ.get("ADLOADER_" + key.upper())
         if raw is not None and raw != "":
             values[key] = _coerce(key, kind, raw, "ADLOADER_" + key.upper())
-    cfg = replace(cfg, **values)
+    cfg = replace(DaemonConfig(), **values)
     if cfg.port < 0 or cfg.port > 65535:
         raise InputError(f"setting 'port' must be 0..65535, got {cfg.port}")
     for key in ("arrival_window_s", "completion_window_s", "heartbeat_s"):

@@ -15,6 +15,16 @@ share), never evicted by this class (the locality paper's cache: populated in th
 epoch, at most 1/p of the dataset per rank, disjoint across ranks). A peer that dies or stalls
 mid-exchange costs at most ``timeout`` seconds: its samples are read from storage
 (``on_peer_failure="storage"``) or ``ExchangeError`` is raised (``"error"``) — never a hang.
+
+With ``num_workers`` > 0 the planned storage reads go through ``loader``, an
+``ElasticDataLoader`` whose worker pool the application master resizes live
+(``client.locality_reads``); the exchange stays in the training process::
+
+    batches = LocalityBatches(dataset, 128, mode="locality", num_workers=2)
+    attach(batches.loader, model="resnet18", batch_size=128)
+    for epoch in range(epochs):
+        for x, y, w in batches:  # loss = w * criterion(model(x), y); sum-all-reduce grads
+            ...
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import torch.distributed as dist
 from torch.utils.data import default_collate
 
 from adloader.balance import StepPlan, get_mode, global_batches
+from adloader.client.locality_reads import own, reads_loader
 from adloader.errors import InputError
 from adloader.order import samples_per_rank
 
@@ -88,6 +99,9 @@ class LocalityBatches:
     "sum" gives w_r = n_r / B for a summing gradient all-reduce, "mean" gives p · n_r / B for
     an averaging one (DDP). Costs (``read_cost``, ``message_cost``, ``compute_cost``) go to
     the planner. ``threads`` > 0 reads storage samples with a thread pool, during the exchange.
+    ``num_workers`` > 0 reads them ahead with ``loader`` (an ``ElasticDataLoader`` of that many
+    workers, each with ``threads`` threads; resizable live, e.g. by ``attach(batches.loader)``);
+    0 leaves ``loader`` None and reads in this process.
     ``timeout`` bounds each step's exchange and the directory all-gather; make it longer than
     the longest pause one rank can take between steps (a checkpoint), or a slow peer is
     treated as lost for the rest of the epoch (its samples then come from storage).
@@ -98,7 +112,7 @@ class LocalityBatches:
                  cache: MutableMapping | None = None, cache_capacity: int | None = None,
                  collate_fn=None, timeout: float = 30.0, on_peer_failure: str = "storage",
                  reduction: str = "sum", read_cost: float = 2.0, message_cost: float = 0.0,
-                 compute_cost: float = 0.0, threads: int = 0) -> None:
+                 compute_cost: float = 0.0, threads: int = 0, num_workers: int = 0) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise InputError("locality batches: torch.distributed is not initialised "
                              "(call init_process_group first)")
@@ -115,6 +129,9 @@ class LocalityBatches:
                              f"got {cache_capacity}")
         if timeout <= 0:
             raise InputError(f"locality batches: timeout must be positive, got {timeout}")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise InputError(f"locality batches: num_workers must be an integer >= 0, "
+                             f"got {num_workers!r}")
         self.planner = get_mode(mode)
         self.mode = mode
         self.dataset = dataset
@@ -139,6 +156,8 @@ class LocalityBatches:
         self.lost: set[int] = set()
         self._template = None  # one item, to shape an empty batch
         self._abandoned: list = []  # buffers of receives given up on (gloo may still write)
+        self.loader = (reads_loader(dataset, num_workers, self.threads, self.seed)
+                       if num_workers > 0 else None)
 
     # ---- public ---------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -177,34 +196,59 @@ class LocalityBatches:
         holder = self.directory()
         self.lost = set()  # everyone took part in the directory exchange: all alive again
         stats = self.stats[epoch] = LocalityStats(lost_peers=self.lost)
+        plans = (self.planner(batch, holder, self.world_size, local_batch=self.local_batch,
+                              **self.costs) for batch in batches)
+        fetched, start, done = None, 0, False
+        if self.loader is not None:  # the epoch's read lists up front, for the worker pool
+            plans = list(plans)
+            self.loader.batch_sampler.set_steps([p.storage_reads[self.rank] for p in plans])
+            self.loader.set_epoch(epoch)
+            fetched = iter(self.loader)
+            start = self.loader.consumed  # > 0 only after the loader's load_state_dict
+            plans = plans[start:]
         pool = ThreadPoolExecutor(self.threads) if self.threads > 0 else None
         try:
-            for step, batch in enumerate(batches):
-                plan = self.planner(batch, holder, self.world_size,
-                                    local_batch=self.local_batch, **self.costs)
-                yield self._assemble(plan, step, stats, pool)
+            for step, plan in enumerate(plans, start):
+                yield self._assemble(plan, step, stats, pool, fetched)
+            if fetched is not None:
+                next(fetched, None)  # ends the loader's epoch: its pool shuts down
+            done = True
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
+            if fetched is not None and not done:
+                self.loader.release()  # an abandoned epoch: no pool reading ahead for it
         self.epoch = epoch + 1
 
     # ---- one step --------------------------------------------------------------------------
-    def _assemble(self, plan: StepPlan, step: int, stats: LocalityStats, pool) -> LocalBatch:
+    def _assemble(self, plan: StepPlan, step: int, stats: LocalityStats, pool,
+                  fetched=None) -> LocalBatch:
         """Exchange first (every rank is in this phase at once, so a wait measures only the
-        peer), storage reads meanwhile in the pool (``threads``) or after it."""
+        peer), storage reads meanwhile in the loader's workers (``fetched``, read ahead) or the
+        pool (``threads``), or after it."""
         me = self.rank
         ids = plan.local_samples[me]
         sends = [(dst, sent) for src, dst, sent in plan.transfers if src == me]
         recvs = [(src, got) for src, dst, got in plan.transfers if dst == me]
         reads = plan.storage_reads[me].tolist()
-        early = [pool.submit(self.dataset.__getitem__, i) for i in reads] if pool else None
+        early = ([pool.submit(self.dataset.__getitem__, i) for i in reads]
+                 if pool is not None and fetched is None else None)
         pending = self._post_receives(recvs, step)
         send_work = self._send(sends, step, stats)
         deadline = time.monotonic() + self.timeout
         received = self._finish_receives(pending, step, deadline)
         self._finish_sends(send_work, step, deadline)
         stats.messages.append(len(received))
-        got_reads = [f.result() for f in early] if early is not None else self._read(reads, pool)
+        if fetched is not None:
+            got_reads = next(fetched, None)
+            if got_reads is None:
+                raise RuntimeError(f"locality batches: the loader's iteration of epoch "
+                                   f"{self.epoch} ended at step {step} (was it iterated "
+                                   f"elsewhere?)")
+        elif early is not None:
+            got_reads = [f.result() for f in early]
+        else:
+            got_reads = self._read(reads, pool)
         items = dict(zip(reads, got_reads, strict=True))
         stats.read += len(reads)
         for src, got in recvs:
@@ -251,7 +295,7 @@ class LocalityBatches:
             if room <= 0:
                 break
             if i not in self.cache:
-                self.cache[i] = items[i]
+                self.cache[i] = own(items[i]) if self.loader is not None else items[i]
                 room -= 1
 
     def _collate(self, local: list, plan: StepPlan):

@@ -12,7 +12,8 @@ import uuid
 from pathlib import Path
 
 from adloader.cli import env_default
-from adloader.config import DaemonConfig, load_config
+from adloader.config import DaemonConfig
+from adloader.daemon.settings import load_config
 from adloader.errors import InputError
 
 

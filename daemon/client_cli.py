@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adloader.cli import env_default
-from adloader.config import load_config
+from adloader.daemon.settings import load_config
 from adloader.errors import InputError
 from adloader.jobspec import read_jobspec_toml
 

@@ -13,8 +13,9 @@ import pytest
 import uvicorn
 from test_api import TOKEN, FakeService
 
-from adloader.config import DaemonConfig, load_config
+from adloader.config import DaemonConfig
 from adloader.daemon.api import create_app
+from adloader.daemon.settings import load_config
 
 JOB_TOML = """
 [job]
