@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -129,27 +128,3 @@ def parse_jobspec(data: Any, origin: str = "job") -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
         raise InputError(f"{origin}: {describe_error(exc.errors()[0])}") from None
-
-
-def read_jobspec_toml(path: str | Path) -> dict:
-    """The raw table of a job TOML file (its ``[job]`` table if it has one), unvalidated;
-    a relative ``cwd`` is made absolute relative to the file's folder."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid TOML: {exc}") from None
-    job = data.get("job", data)
-    if not isinstance(job, dict):
-        raise InputError(f"{path}: 'job' must be a table")
-    job = dict(job)
-    cwd = job.get("cwd")
-    if isinstance(cwd, str) and not PurePath(cwd).is_absolute():
-        job["cwd"] = str((Path(path).resolve().parent / cwd).resolve())
-    return job
-
-
-def load_jobspec_file(path: str | Path) -> JobSpec:
-    """A validated JobSpec from a TOML file (see :func:`read_jobspec_toml`)."""
-    return parse_jobspec(read_jobspec_toml(path), str(path))

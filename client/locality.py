@@ -201,7 +201,8 @@ class LocalityBatches:
         fetched, start, done = None, 0, False
         if self.loader is not None:  # the epoch's read lists up front, for the worker pool
             plans = list(plans)
-            self.loader.batch_sampler.set_steps([p.storage_reads[self.rank] for p in plans])
+            self.loader.batch_sampler.set_steps([p.storage_reads[self.rank] for p in plans],
+                                                [p.positions[self.rank].size for p in plans])
             self.loader.set_epoch(epoch)
             fetched = iter(self.loader)
             start = self.loader.consumed  # > 0 only after the loader's load_state_dict

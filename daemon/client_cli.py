@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 from adloader.cli import env_default
+from adloader.daemon.jobfile import read_jobspec_toml
 from adloader.daemon.settings import load_config
 from adloader.errors import InputError
-from adloader.jobspec import read_jobspec_toml
 
 DEFAULT_URL = "http://127.0.0.1:7070"
 TIMEOUT_S = 10.0

@@ -8,9 +8,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adloader.daemon.api import create_app
+from adloader.daemon.jobfile import load_jobspec_file
 from adloader.daemon.service import JobView, NodeService
 from adloader.errors import InputError
-from adloader.jobspec import JobSpec, load_jobspec_file, parse_jobspec
+from adloader.jobspec import JobSpec, parse_jobspec
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
