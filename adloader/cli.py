@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except InputError as exc:
-        print(f"adloader: error: {exc}", file=sys.stderr)
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        print(f"adloader: error: {lines[-1] if len(lines) > 1 else lines[0]}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
