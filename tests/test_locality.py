@@ -1,8 +1,10 @@
 """Locality-aware batches on real gloo ranks: Theorem 1 (same parameters as the regular loader),
-the remote share after the first epoch, and peers that die or stall mid-exchange."""
+also with the reads in an ElasticDataLoader's workers and across live resizes, the remote share
+after the first epoch, and peers that die or stall mid-exchange."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
@@ -115,6 +117,91 @@ def test_same_parameters_as_the_regular_loader(world_size):
             assert s["received"] == s["read"] == 0
 
 
+# ---- reads through the ElasticDataLoader's worker pool ------------------------------------
+def _allow_worker_processes() -> None:
+    """spawn_gloo's ranks are daemonic, and a daemonic process may not start loader workers."""
+    multiprocessing.current_process().daemon = False
+
+
+def _with_workers(rank, world_size):
+    _allow_worker_processes()
+    small = SIZE // (2 * world_size)  # half a rank's share: storage reads in every epoch
+    runs = [("regular", {}), ("locality", {"num_workers": 2}),
+            ("locality", {"num_workers": 2, "cache_capacity": small, "read_cost": 0.5}),
+            ("solar", {"num_workers": 2, "cache_capacity": small, "threads": 2})]
+    return [(mode, opts, *_train(rank, world_size, mode, opts)) for mode, opts in runs]
+
+
+def test_same_parameters_with_the_reads_in_loader_workers():
+    ranks = spawn_gloo(_with_workers, 2, timeout=60)
+    reference = ranks[0][0][2]
+    for runs in ranks:
+        for mode, opts, params, stats in runs:
+            np.testing.assert_allclose(params, reference, rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{mode} {opts} with loader workers")
+            if stats is not None:
+                assert stats["hits"] + stats["received"] + stats["read"] == stats["samples"]
+    small_cache_reads = [runs[2][3]["read"] for runs in ranks]
+    assert all(n > 0 for n in small_cache_reads)  # the workers did read after epoch 1
+
+
+RESIZES = {(0, 2): 1, (1, 1): 0, (1, 4): 3, (2, 0): 2}  # (epoch, step) → new worker count
+
+
+def _samples_seen(rank, world_size, workers, resize):
+    _allow_worker_processes()
+    data = Images()
+    batches = LocalityBatches(data, LOCAL, seed=SEED, num_workers=workers,
+                              cache_capacity=SIZE // (2 * world_size))
+    seen = []
+
+    def on_batch(stats):  # what the application master's hook sees, and when it resizes
+        seen.append((stats.epoch, stats.index, stats.workers, stats.samples))
+        if resize and (stats.epoch, stats.index) in RESIZES:
+            batches.loader.resize(RESIZES[stats.epoch, stats.index])
+
+    if batches.loader is not None:
+        batches.loader.on_batch = on_batch
+    got = [[(b.step, b.ids, b.inputs, b.targets, b.loss_weight) for b in batches]
+           for _ in range(EPOCHS)]
+    return {"got": got, "seen": seen, "loader": batches.loader is not None,
+            "workers": batches.loader.num_workers if batches.loader else 0}
+
+
+def _same_samples(a, b, what):
+    assert len(a) == len(b), what
+    for epoch_a, epoch_b in zip(a, b, strict=True):
+        assert len(epoch_a) == len(epoch_b), what
+        for (s1, ids1, x1, y1, w1), (s2, ids2, x2, y2, w2) in zip(epoch_a, epoch_b, strict=True):
+            assert s1 == s2, what
+            np.testing.assert_array_equal(ids1, ids2, err_msg=what)
+            assert torch.equal(x1, x2) and torch.equal(y1, y2) and w1 == w2, what
+
+
+def test_a_live_resize_of_the_loader_keeps_every_ranks_samples():
+    plain = spawn_gloo(_samples_seen, 2, 0, False, timeout=60)
+    steady = spawn_gloo(_samples_seen, 2, 2, False, timeout=60)
+    resized = spawn_gloo(_samples_seen, 2, 2, True, timeout=60)
+    data = Images()
+    for rank in range(2):
+        assert not plain[rank]["loader"] and steady[rank]["loader"]
+        _same_samples(steady[rank]["got"], plain[rank]["got"], f"rank {rank}, 2 workers")
+        _same_samples(resized[rank]["got"], steady[rank]["got"], f"rank {rank}, resized")
+        for epoch in resized[rank]["got"]:
+            for _, ids, x, y, _ in epoch:
+                assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
+        seen = resized[rank]["seen"]
+        workers = {(e, i): w for e, i, w, _ in seen}
+        assert len(seen) == sum(len(e) for e in resized[rank]["got"])
+        # each resize is in effect from the next batch on, mid-epoch
+        assert workers[0, 2] == 2 and workers[0, 3] == 1 and workers[1, 2] == 0
+        assert workers[1, 5] == 3 and workers[2, 1] == 2 and resized[rank]["workers"] == 2
+        # the hook counts the samples the rank trains on (the job's throughput), not its reads
+        trained = [ids.size for epoch in resized[rank]["got"] for _, ids, *_ in epoch]
+        assert [n for *_, n in seen] == trained
+        assert {w for *_, w, _ in steady[rank]["seen"]} == {2}
+
+
 def test_remote_share_on_real_ranks_local_batch_128():
     rows = run_gloo_locality_bench(world_size=4, local_batch=128, epochs=2, steps_per_epoch=4,
                                    modes=("regular", "locality"), timeout=60)
@@ -187,7 +274,7 @@ def test_a_peer_lost_before_the_directory_exchange_raises():
 def _bad_args(rank, world_size):
     errors = []
     for kwargs in ({"mode": "nearest"}, {"on_peer_failure": "retry"}, {"timeout": 0},
-                   {"reduction": "max"}, {"cache_capacity": -1}):
+                   {"reduction": "max"}, {"cache_capacity": -1}, {"num_workers": -1}):
         try:
             LocalityBatches(Images(), LOCAL, **kwargs)
         except InputError as exc:
@@ -199,5 +286,5 @@ def test_bad_arguments_are_input_errors():
     with pytest.raises(InputError, match="not initialised"):
         LocalityBatches(Images(), LOCAL)
     errors = spawn_gloo(_bad_args, 1, timeout=30)[0]
-    assert len(errors) == 5 and all("\n" not in e for e in errors)
-    assert "nearest" in errors[0]
+    assert len(errors) == 6 and all("\n" not in e for e in errors)
+    assert "nearest" in errors[0] and "num_workers" in errors[5]

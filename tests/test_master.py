@@ -393,7 +393,8 @@ def _rank(rank, endpoint, store, results):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     loader = FakeLoader(num_workers=2)
     master = attach(loader, endpoint=endpoint, job="mr", features=FEATURES,
-                    log=lambda line: None, connect_timeout_s=10)
+                    log=lambda line: None, connect_timeout_s=10,
+                    miss_load=lambda: (3.0, 1.0)[rank])  # rank 0 misses three times as much
     for _ in range(20_000):  # the same bound on every rank, so none waits on a gone peer
         loader.step()
         if master.applied_seq >= 4:  # the Resume: both ranks stop after the same command
@@ -426,12 +427,12 @@ def test_two_ranks_apply_the_same_command_at_the_same_iteration(daemon, tmp_path
                 p.kill()
     assert [r[1] for r in got] == [True, False]  # only rank 0 talks to the daemon
     # the same commands at the same positions on both ranks; each resize splits the job's
-    # workers between the ranks (Lobster §4.2: equal data waits here, an even split)
+    # workers between the ranks in proportion to their miss loads, 3 : 1 (Lobster §4.2)
     kinds = [[c[0] for c in r[2]] for r in got]
     assert kinds[0] == kinds[1] == ["resize", "resize", "release", "resize"]
     shares = [[c[1] for c in r[2] if c[0] == "resize"] for r in got]
     assert [a + b for a, b in zip(*shares, strict=True)] == [3, 4, 1]
-    assert shares[0] == [2, 2, 1] and shares[1] == [1, 2, 0]
+    assert shares[0] == [2, 3, 1] and shares[1] == [1, 1, 0]
     assert [r.world_size for r in daemon.messages(Register)] == [2]
 
 

@@ -31,7 +31,7 @@ class LiveConfig:
     trace: str = "paper-static"
     capacity: int = 0  # 0: 3 × cores
     iterations_scale: float = 0.2
-    rounds: int = 2  # each policy this often, alternating; medians are reported
+    rounds: int = 3  # each policy this often, alternating; medians are reported
     step_scale: float = 1.2  # Resnet18's μ ≈ L(C)/1.8 here, as on the paper's testbed
     crop: int = 112
     images: int = 128
