@@ -120,8 +120,9 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
     try:
         os.environ["ADLOADER_STEP_PROFILE"] = "paper"  # what the jobs emulate
         os.environ["ADLOADER_GPU_LOCK_DIR"] = str(root)
-        for round_ in range(cfg.rounds):
-            for policy in cfg.policies:
+        for round_ in range(cfg.rounds):  # alternate the order: drift favours no policy
+            order = cfg.policies if round_ % 2 == 0 else tuple(reversed(cfg.policies))
+            for policy in order:
                 state = root / f"state-{policy}-{round_}"
                 args = ["--policy", policy, "--capacity", str(capacity), "--gpus", "4",
                         "--arrival-window", str(cfg.window_s), "--completion-window",
@@ -149,8 +150,13 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
             "aggregate_throughput", "makespan_s", "mean_jct_s", "reallocations")}
             | {"policy": policy, "each": [r["aggregate_throughput"] for r in mine]})
     ref = next((r for r in summary if r["policy"] == "balance"), summary[0])
+    base = {r["round"]: r["aggregate_throughput"] for r in runs if r["policy"] == ref["policy"]}
     for r in summary:
         r["ratio"] = r["aggregate_throughput"] / ref["aggregate_throughput"]
         r["makespan_ratio"] = r["makespan_s"] / ref["makespan_s"]
+        paired = [x["aggregate_throughput"] / base[x["round"]] for x in runs
+                  if x["policy"] == r["policy"]]  # against balance in the same round
+        r["round_ratios"] = paired
+        r["paired_ratio"] = statistics.median(paired)
     return {"config": dataclasses.asdict(cfg), "capacity": capacity, "workdir": str(root),
             "profile": str(profile), "summary": summary, "runs": runs}
