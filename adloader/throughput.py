@@ -38,13 +38,14 @@ def training_features(batch_size, flops_g, params_m, gpus) -> np.ndarray:
     return np.stack([b * f, m * n, b * m, m, np.ones_like(b)], axis=-1)
 
 
-def _regressor(name: str, seed: int):
+def _regressor(name: str, seed: int, n_train: int = 5):
     if name == "linear":
         return LinearRegression(fit_intercept=False)
     if name == "polynomial":
         return make_pipeline(PolynomialFeatures(2), StandardScaler(), LinearRegression())
     if name == "knn":
-        return make_pipeline(StandardScaler(), KNeighborsRegressor(5, weights="distance"))
+        k = max(1, min(5, n_train))  # a handful of samples early on: fewer neighbours
+        return make_pipeline(StandardScaler(), KNeighborsRegressor(k, weights="distance"))
     if name == "random_forest":
         return RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1)
     raise InputError(f"unknown regressor {name!r}")
@@ -59,6 +60,12 @@ def _split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return order[n_test:], order[:n_test]
 
 
+def _r2(truth, predicted) -> float:
+    """Held-out R²; a constant held-out set (R² undefined) scores as nothing learnt."""
+    value = float(r2_score(truth, predicted)) if len(truth) > 1 else float("nan")
+    return value if np.isfinite(value) else -1.0
+
+
 def _pick(scores: dict[str, float]) -> str:
     return max(scores, key=lambda k: (scores[k], -list(scores).index(k)))
 
@@ -69,7 +76,7 @@ class TrainingRateModel:
     def __init__(self, regressor: str, samples: np.ndarray, scores: dict[str, float], seed=0):
         self.regressor, self.samples, self.scores, self.seed = regressor, samples, scores, seed
         x, y = training_features(*samples[:, :4].T), samples[:, 4]
-        self._model = _regressor(regressor, seed).fit(x, y)
+        self._model = _regressor(regressor, seed, len(samples)).fit(x, y)
 
     @classmethod
     def fit(cls, samples: Sequence[TrainingSample], seed: int = 0) -> TrainingRateModel:
@@ -82,9 +89,9 @@ class TrainingRateModel:
         x, y = training_features(*data[:, :4].T), data[:, 4]
         scores = {}
         for name in REGRESSORS:
-            model = _regressor(name, seed).fit(x[train], y[train])
+            model = _regressor(name, seed, len(train)).fit(x[train], y[train])
             predicted = 1.0 / np.maximum(model.predict(x[test]), 1e-9)
-            scores[name] = float(r2_score(1.0 / y[test], predicted))
+            scores[name] = _r2(1.0 / y[test], predicted)
         return cls(_pick(scores), data, scores, seed)
 
     def step_time(self, batch_size, flops_g, params_m, gpus) -> np.ndarray:
@@ -136,7 +143,8 @@ class LoadingRateModel:
             regressor, samples, scores, stages, seed,
         )
         if regressor != "staged":
-            self._model = _regressor(regressor, seed).fit(samples[:, :2], samples[:, 2])
+            self._model = _regressor(regressor, seed, len(samples)).fit(samples[:, :2],
+                                                                        samples[:, 2])
 
     @staticmethod
     def _fit_stages(data: np.ndarray) -> tuple[Stages, np.ndarray]:
@@ -167,10 +175,10 @@ class LoadingRateModel:
         scores = {}
         stages, _ = cls._fit_stages(data[train])
         staged = cls("staged", data[train], {}, stages, seed)
-        scores["staged"] = float(r2_score(data[test, 2], staged.rate(*data[test, :2].T)))
+        scores["staged"] = _r2(data[test, 2], staged.rate(*data[test, :2].T))
         for name in REGRESSORS:
-            model = _regressor(name, seed).fit(data[train, :2], data[train, 2])
-            scores[name] = float(r2_score(data[test, 2], model.predict(data[test, :2])))
+            model = _regressor(name, seed, len(train)).fit(data[train, :2], data[train, 2])
+            scores[name] = _r2(data[test, 2], model.predict(data[test, :2]))
         stages, _ = cls._fit_stages(data)
         return cls(_pick(scores), data, scores, stages, seed)
 

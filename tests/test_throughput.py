@@ -73,3 +73,12 @@ def test_bad_inputs():
         ThroughputModel.fit([TrainingSample(8, 1, 1.0, 1.0, 0.1)] * 2, [])
     with pytest.raises(InputError, match="not an adloader throughput model"):
         ThroughputModel.from_json({"kind": "other"})
+
+
+def test_a_handful_of_samples_still_fits():
+    """Online refits start from six samples: every regressor must cope (kNN has k ≤ n)."""
+    training = [TrainingSample(32, 1, 0.3, 0.9, 0.02 + 0.001 * i) for i in range(6)]
+    loading = [LoadingSample(d, 4, 100.0 * d) for d in (1, 2, 3, 4, 2, 1)]
+    model = ThroughputModel.fit(training, loading)
+    assert set(model.training.scores) == {"linear", "polynomial", "knn", "random_forest"}
+    assert model.loading.rate(2, 4) > 0
