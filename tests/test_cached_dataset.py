@@ -122,9 +122,12 @@ def test_a_worker_dying_mid_read_is_an_error_not_a_hang(source):
     loader = make_loader(dataset)
     with SharedSampleCache(256 << 10, SIZE) as cache:
         dataset.attach(cache)
-        with pytest.raises(RuntimeError, match="exited unexpectedly"):
+        # torch reports the dead worker as "exited unexpectedly", or, when the pipe breaks
+        # first, as a reset connection: an error either way, never a hang
+        with pytest.raises((RuntimeError, ConnectionError)) as err:
             for _ in loader:
                 pass
+        assert isinstance(err.value, ConnectionError) or "exited unexpectedly" in str(err.value)
         loader.close()
         done = threading.Event()  # the cache is still usable: no lock left held
         threading.Thread(target=lambda: (cache.fetch(7, lambda i: (b"x", "storage")),
