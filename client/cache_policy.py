@@ -15,6 +15,7 @@ The decisions are those of ``adloader.cache.simulate`` for the same name.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -120,7 +121,9 @@ class AccessPlan:
         return read[np.lexsort((first, -self.counts[read]))]
 
 
-class OnlinePolicy:
+class OnlinePolicy(ABC):
+    """An eviction policy applied online; subclasses decide admission (``admit``)."""
+
     name = "?"
     batched = False
     needs_plan = True
@@ -131,8 +134,9 @@ class OnlinePolicy:
                              "plan (AccessPlan.from_loader)")
         self.plan = plan
 
+    @abstractmethod
     def admit(self, a: Access, tier: int = 0) -> tuple[int, int]:
-        raise NotImplementedError
+        """Where a newly read sample goes: (tier, priority key)."""
 
     def touch(self, a: Access, tier: int = 0) -> int | None:
         return None
