@@ -136,7 +136,9 @@ class OnlinePolicy(ABC):
 
     @abstractmethod
     def admit(self, a: Access, tier: int = 0) -> tuple[int, int]:
-        """Where a newly read sample goes: (tier, priority key)."""
+        """(admit key, keep key) for a newly read sample in ``tier``: it displaces cached
+        samples whose key is larger than its admit key, then is kept under its keep key
+        (larger = evicted first; NEVER = not cached)."""
 
     def touch(self, a: Access, tier: int = 0) -> int | None:
         return None
