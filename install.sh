@@ -9,3 +9,5 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     "$PY" -m pip install -q "torch==2.13.0"
 fi
 "$PY" -m pip install -q -e ".[dev]"
+# pyenv keeps console scripts behind shims: make `adloader` visible at once
+if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
