@@ -259,24 +259,28 @@ def _jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job_path(args: argparse.Namespace, action: str = "") -> str:
+    return f"/v1/jobs/{quote(args.job, safe='')}" + (f"/{action}" if action else "")
+
+
 @_run
 def _cancel(args: argparse.Namespace) -> int:
-    job = request(args, "DELETE", f"/v1/jobs/{quote(args.job, safe='')}").json()
+    job = request(args, "DELETE", _job_path(args)).json()
     print(f"cancelled {job['id']} ({job['name']}): {job['state']}")
     return 0
 
 
 @_run
 def _pause(args: argparse.Namespace) -> int:
-    path = f"/v1/jobs/{quote(args.job, safe='')}/pause"
-    job = request(args, "POST", path, params={"checkpoint": args.checkpoint}).json()
+    job = request(args, "POST", _job_path(args, "pause"),
+                  params={"checkpoint": args.checkpoint}).json()
     print(f"pausing {job['id']} ({job['name']}) at its next batch boundary")
     return 0
 
 
 @_run
 def _resume(args: argparse.Namespace) -> int:
-    job = request(args, "POST", f"/v1/jobs/{quote(args.job, safe='')}/resume").json()
+    job = request(args, "POST", _job_path(args, "resume")).json()
     print(f"resumed {job['id']} ({job['name']}): {job['state']}")
     return 0
 
@@ -285,8 +289,7 @@ def _resume(args: argparse.Namespace) -> int:
 def _logs(args: argparse.Namespace) -> int:
     if args.tail < 0:
         raise InputError(f"--tail must be >= 0, got {args.tail}")
-    path = f"/v1/jobs/{quote(args.job, safe='')}/log"
-    text = request(args, "GET", path, params={"tail": args.tail}).text
+    text = request(args, "GET", _job_path(args, "log"), params={"tail": args.tail}).text
     sys.stdout.write(text)
     if text and not text.endswith("\n"):
         sys.stdout.write("\n")

@@ -48,8 +48,6 @@ class SimJob:
     paused_until: float = 0.0
     start_s: float | None = None
     end_s: float | None = None
-    busy_s: float = 0.0  # GPU-seconds spent in steps (per GPU)
-    held_s: float = 0.0  # seconds holding its GPUs
 
     @property
     def name(self) -> str:
@@ -264,7 +262,6 @@ class Simulator:
         for j in self._running():
             r = rates.get(j.name, 0.0)
             j.done += r * dt
-            j.busy_s += r * j.step_s * dt
             self.gpu_busy += r * j.step_s * dt * len(j.gpu_ids)
             held.update(j.gpu_ids)
         self.gpu_held += dt * len(held)
