@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from torch.utils.data import DataLoader, Dataset
+import torch
+from torch.utils.data import DataLoader, Dataset, default_collate, default_convert
+from torch.utils.data._utils.pin_memory import pin_memory
 
 
 def epoch_batches(order: Sequence[int], batch_size: int | None, drop_last: bool) -> list:
@@ -109,6 +111,31 @@ class WindowPool:
     @property
     def drained(self) -> bool:
         return self.delivered >= self.window.stop - self.window.start
+
+
+class InlineFetch:
+    """The 0-worker pool: fetch and collate in the consumer's thread, as torch's single-process
+    loader does (``__getitems__`` when the dataset has it, pinning with ``pin_memory`` on
+    CUDA), without a torch DataLoader's per-batch bookkeeping."""
+
+    def __init__(self, dataset, window: BatchWindow, batched: bool, collate_fn,
+                 pin_memory: bool) -> None:
+        self.dataset, self.window, self.batched = dataset, window, batched
+        self.collate = collate_fn or (default_collate if batched else default_convert)
+        self.pin = pin_memory and torch.cuda.is_available()
+
+    def __iter__(self) -> Iterator:
+        dataset, collate, pin = self.dataset, self.collate, self.pin
+        getitems = getattr(dataset, "__getitems__", None) if self.batched else None
+        for unit in self.window:
+            if not self.batched:
+                data = dataset[unit]
+            elif getitems is not None:
+                data = getitems(unit)
+            else:
+                data = [dataset[i] for i in unit]
+            data = collate(data)
+            yield pin_memory(data) if pin else data
 
 
 class Lookahead:

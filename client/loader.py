@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from adloader.client.elastic_sampler import (
     BatchWindow,
+    InlineFetch,
     Lookahead,
     ThreadedDataset,
     WindowPool,
@@ -346,20 +347,22 @@ class ElasticDataLoader:
         assert self._batches is not None
         window = BatchWindow(self._batches, start)
         n = self._target
+        if n == 0:  # in the consumer's thread: nothing to start, nothing to draw in background
+            return WindowPool(lambda: InlineFetch(self._fetch_dataset, window, self._batched,
+                                                  self.collate_fn, self.pin_memory),
+                              window, 0, False)
         kwargs: dict[str, Any] = dict(
             num_workers=n, collate_fn=self.collate_fn, pin_memory=self.pin_memory,
             timeout=self.timeout, worker_init_fn=self.worker_init_fn, generator=self.generator,
+            multiprocessing_context=self.multiprocessing_context,
+            prefetch_factor=self.prefetch_factor, persistent_workers=self.persistent_workers,
         )
-        if n > 0:
-            kwargs.update(multiprocessing_context=self.multiprocessing_context,
-                          prefetch_factor=self.prefetch_factor,
-                          persistent_workers=self.persistent_workers)
         if self._batched:
             kwargs["batch_sampler"] = window
         else:
             kwargs.update(sampler=window, batch_size=None)
-        build = lambda: DataLoader(self._fetch_dataset, **kwargs)  # noqa: E731
-        return WindowPool(build, window, n, background and n > 0)
+        return WindowPool(lambda: DataLoader(self._fetch_dataset, **kwargs), window, n,
+                          background)
 
     def _retire_drained(self) -> None:
         while len(self._pools) > 1 and self._pools[0].drained:

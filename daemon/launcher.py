@@ -1,9 +1,16 @@
 """Launcher: starts submitted jobs as processes with their allocation in the environment.
 
-Each job runs in its own session (so a daemon restart does not take it down), as the
-daemon's user, with stdout and stderr in ``STATE_DIR/logs/<job>.log``. The environment
-carries what ``adloader.client.attach`` reads: ADLOADER_ENDPOINT, ADLOADER_JOB,
-ADLOADER_TOKEN, ADLOADER_WORKERS and ADLOADER_GPU_IDS (plus CUDA_VISIBLE_DEVICES).
+Each job runs in its own process group (so a daemon restart or a Ctrl-C at the daemon's
+terminal does not take it down, and cancelling stops its workers too), as the daemon's user,
+with stdout and stderr in ``STATE_DIR/logs/<job>.log``. The environment carries what
+``adloader.client.attach`` reads: ADLOADER_ENDPOINT, ADLOADER_JOB, ADLOADER_TOKEN,
+ADLOADER_WORKERS and ADLOADER_GPU_IDS (plus CUDA_VISIBLE_DEVICES).
+
+Not its own *session*: with the kernel's autogroup on (most distributions), every session is
+one scheduling group and CFS shares the CPU equally between groups, so each job would get
+the same CPU whatever its workers and the allocation would change nothing on a node where
+workers outnumber cores. In the daemon's session the kernel shares the CPU per process, so a
+job's workers are its share — the premise of λ(d; D) = d/D · L(D).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ class Launcher:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(command, cwd=cwd or None, env=full_env, stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    process_group=0)
         self.children[job_id] = proc
         return Launched(proc.pid, str(log_path))
 
@@ -97,6 +104,26 @@ class Launcher:
     def stop_all(self) -> None:
         for job_id in list(self.children):
             self.stop(job_id, None, grace_s=2.0)
+
+
+def _autogroup(pid: int | str) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def separate_cpu_group(pid: int | None) -> bool:
+    """Is the job in another autogroup than the daemon (started from another session while
+    the kernel's autogroup is on)? Then the kernel gives it a session's share of the CPU,
+    whatever its workers, and the allocation only partly sets its loading rate."""
+    try:
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+            return False
+    except OSError:
+        return False
+    mine, theirs = _autogroup("self"), _autogroup(pid) if pid else None
+    return mine is not None and theirs is not None and mine != theirs
 
 
 def job_cpu_percent(pid: int | None) -> float:

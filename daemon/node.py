@@ -18,7 +18,7 @@ from pathlib import Path
 
 from adloader.config import DaemonConfig
 from adloader.daemon.broker import Broker
-from adloader.daemon.launcher import Launcher, job_cpu_percent
+from adloader.daemon.launcher import Launcher, job_cpu_percent, separate_cpu_group
 from adloader.daemon.scheduler import ACTIVE, Actions, LiveJob, Scheduler
 from adloader.daemon.service import JobView
 from adloader.daemon.store import FINAL_STATES, Store
@@ -33,6 +33,9 @@ REFIT_EVERY = 10  # new samples between online refits ...
 REFIT_INTERVAL_S = 20.0  # ... and at most one refit in this long
 SAMPLE_INTERVAL_S = 2.0  # one sample per job in this long (heartbeats come faster)
 FIT_WINDOW = 2000  # the newest samples of each kind a fit uses
+CPU_GROUP_NOTE = ("started in another session while the kernel's autogroup is on: the kernel "
+                  "shares the CPU per session, so its workers only partly set its loading "
+                  "rate; start it with `adloader submit` or from the daemon's session")
 MIN_REAL = 6  # real samples of a kind before they replace the prior
 
 
@@ -173,6 +176,9 @@ class Node:
             self.store.update_job(job.id, **fields)
         for job_id, kind, data in actions.events:
             self.store.add_event(job_id, kind, data)
+            if kind == "attached" and separate_cpu_group(data.get("pid")):
+                self.store.add_event(job_id, "separate_cpu_group", {"note": CPU_GROUP_NOTE})
+                log.warning("%s: %s", job_id, CPU_GROUP_NOTE)
         for job_id, sample in actions.samples:
             key = f"{job_id}/{type(sample).__name__}"
             if time.monotonic() - self.last_sample.get(key, -1e9) >= SAMPLE_INTERVAL_S:

@@ -252,7 +252,8 @@ class Scheduler:
         self.jobs[job.id] = job
         self._open(self.arrival_window_s)
         job.seq += 1
-        return Actions(changed=[job], events=[(job.id, "attached", {"workers": job.workers})],
+        return Actions(changed=[job], events=[(job.id, "attached", {"workers": job.workers,
+                                                               "pid": msg.pid})],
                        send=[(job.id, Allocation(seq=job.seq, workers=job.workers,
                                                  heartbeat_s=self.heartbeat_s))])
 

@@ -22,6 +22,14 @@ def daemon(tmp_path):
                 os.killpg(pid, signal.SIGKILL)
 
 
+def _autogroup_on() -> bool:
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
 def _pids_writing(log):
     import psutil
 
@@ -143,7 +151,9 @@ def test_job_started_by_hand_is_scheduled_like_a_submitted_one(daemon):
            "adloader.workloads.train", "--model", "mdResnet12", "--batch-size", "8",
            "--iterations", "40", "--images", "16", "--crop", "32", "--workers", "1",
            "--data", str(daemon.state_dir.parent / "jpeg")]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # from another terminal: its own session
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
         found = wait_for(lambda: [j for j in daemon.http.get("/v1/jobs").json()
                                   if j["spec"]["command"] == ["(started by hand)"]], 60,
@@ -152,6 +162,8 @@ def test_job_started_by_hand_is_scheduled_like_a_submitted_one(daemon):
         wait_for(lambda: daemon.job(job)["state"] == "finished", 90, "it to finish")
         assert proc.wait(30) == 0
         assert daemon.events("attached", job)
+        if _autogroup_on():  # the kernel shares CPU per session: the daemon says so
+            assert daemon.events("separate_cpu_group", job)
     finally:
         if proc.poll() is None:
             proc.kill()

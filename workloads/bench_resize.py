@@ -179,18 +179,20 @@ def _overhead(dataset, workers, batch_size, runs, seed) -> dict:
             times[name].append(_per_batch(loader))
             _settle()
     t_torch, t_ours = statistics.median(times["torch"]), statistics.median(times["elastic"])
+    paired = [o / t for o, t in zip(times["elastic"], times["torch"], strict=True)]
     return {
         "workers": workers, "batches": -(-len(dataset) // batch_size), "runs": runs,
         "torch_ms_per_batch": _ms(t_torch), "elastic_ms_per_batch": _ms(t_ours),
         "overhead_us_per_batch": round((t_ours - t_torch) * 1e6, 1),
         "ratio": round(t_ours / t_torch, 4),
+        "paired_ratio": round(statistics.median(paired), 4),  # each run against its partner
     }
 
 
 def run_resize_bench(
     resizes: int = 1000, every: int = 3, pattern: tuple[int, ...] = (1, 2, 0, 2),
     batch_size: int = 8, step_ms: float = 5.0, crop: int = 64, image_size: int = 128,
-    compare_resizes: int = 200, overhead_runs: int = 9, overhead_batches: int = 60,
+    compare_resizes: int = 200, overhead_runs: int = 15, overhead_batches: int = 60,
     seed: int = 0, root: str | None = None, quick: bool = False,
     progress: Progress | None = None,
 ) -> dict:
