@@ -24,6 +24,7 @@ class DaemonConfig:
     policy: str = "optimal"  # allocation policy (adloader.allocation.POLICIES)
     capacity: int = 0  # loading workers of the node (0 = logical cores)
     gpus: int = 0  # GPUs of the node (0 = CUDA devices, at least 1)
+    jobs_per_gpu: int = 2  # jobs that may time-share one GPU
     arrival_window_s: float = 30.0  # arrival buffer (paper: 30 s)
     completion_window_s: float = 30.0  # completion buffer (paper: 30 s)
     heartbeat_s: float = 1.0  # what masters are told
@@ -74,9 +75,15 @@ def config_from(data: dict | None = None, environ=None, origin: str = "config") 
         raw = environ.get("ADLOADER_" + key.upper())
         if raw is not None and raw != "":
             values[key] = _coerce(key, kind, raw, "ADLOADER_" + key.upper())
-    cfg = replace(DaemonConfig(), **values)
+    return validate(replace(DaemonConfig(), **values))
+
+
+def validate(cfg: DaemonConfig) -> DaemonConfig:
+    """The settings' ranges, whatever set them (file, environment or command line)."""
     if cfg.port < 0 or cfg.port > 65535:
         raise InputError(f"setting 'port' must be 0..65535, got {cfg.port}")
+    if cfg.jobs_per_gpu < 1:
+        raise InputError(f"setting 'jobs_per_gpu' must be at least 1, got {cfg.jobs_per_gpu}")
     for key in ("arrival_window_s", "completion_window_s", "heartbeat_s"):
         if getattr(cfg, key) < 0 or (key == "heartbeat_s" and cfg.heartbeat_s == 0):
             raise InputError(f"setting {key!r} must be positive")

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 from adloader.cli import env_default
-from adloader.config import DaemonConfig
+from adloader.config import DaemonConfig, validate
 from adloader.daemon.settings import load_config
 from adloader.errors import InputError
 
@@ -52,7 +52,7 @@ def _daemon(args) -> int:
     config = load_config(args.config)
     overrides = {k: v for k, v in vars(args).items()
                  if k in DaemonConfig.__dataclass_fields__ and v is not None}
-    config = DaemonConfig(**{**config.__dict__, **overrides})
+    config = validate(DaemonConfig(**{**config.__dict__, **overrides}))
     if not is_loopback(config.host) and not config.token_path.exists():
         raise InputError(f"refusing to listen on {config.host} (not loopback) without a token "
                          f"provisioned beforehand in {config.token_path}")
@@ -99,6 +99,8 @@ def register(sub) -> None:
     p.add_argument("--policy", default=None)
     p.add_argument("--capacity", type=int, default=None, help="loading workers of the node")
     p.add_argument("--gpus", type=int, default=None)
+    p.add_argument("--jobs-per-gpu", dest="jobs_per_gpu", type=int, default=None,
+                   help="jobs that may time-share one GPU (default 2)")
     p.add_argument("--arrival-window", dest="arrival_window_s", type=float, default=None)
     p.add_argument("--completion-window", dest="completion_window_s", type=float, default=None)
     p.add_argument("--heartbeat", dest="heartbeat_s", type=float, default=None)

@@ -65,7 +65,8 @@ class Node:
             capacity=self.capacity, gpus=self.gpus, policy=config.policy, model=self.prior,
             arrival_window_s=config.arrival_window_s,
             completion_window_s=config.completion_window_s, heartbeat_s=config.heartbeat_s,
-            lost_timeout_s=config.lost_timeout_s, clock=time.monotonic)
+            lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
+            clock=time.monotonic)
         self.launcher = Launcher(state / "logs", config.control_endpoint)
         self.outbox: collections.deque = collections.deque()
         self.counters = collections.Counter()

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.progress import Progress
 from rich.table import Table
 
+from adloader.errors import InputError
 from adloader.workloads.cli_model import wide_console
 from adloader.workloads.files import write_json
 
@@ -91,16 +94,22 @@ def bench_live(args) -> int:
     cfg = LiveConfig()
     if args.quick:
         cfg = LiveConfig(policies=("balance", "optimal"), iterations_scale=0.03, rounds=1)
+    given = {"rounds": args.rounds, "iterations_scale": args.iterations_scale,
+             "crop": args.crop, "capacity": args.workers}
+    cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
+    if cfg.rounds < 1 or cfg.iterations_scale <= 0 or cfg.crop < 0 or cfg.capacity < 0:
+        raise InputError("bench live: --rounds must be >= 1, --iterations-scale > 0, "
+                         "--crop and --workers >= 0")
     result = run_live_bench(cfg, progress=lambda m: console.print(f"  {m}"))
     rows = [[r["policy"], f"{r['aggregate_throughput']:.1f}", f"{r['ratio']:.3f}",
              f"{r['paired_ratio']:.3f}", f"{r['makespan_s']:.1f}", f"{r['mean_jct_s']:.1f}",
              f"{r['reallocations']:g}", " / ".join(f"{x:.0f}" for x in r["each"])]
             for r in result["summary"]]
     console.print(_table(
-        f"static mix as real jobs here: {result['capacity']} workers, iterations × "
-        f"{cfg.iterations_scale:g}, emulated steps × {cfg.step_scale:g}; medians of "
-        f"{cfg.rounds} rounds", ["policy", "Σ samples/s", "× balance", "× balance, paired",
-                                 "makespan s", "mean JCT s", "reallocs", "each round"], rows))
+        f"static mix as real jobs here ({result['mode']}): {result['capacity']} workers, "
+        f"iterations × {cfg.iterations_scale:g}; medians of {cfg.rounds} rounds",
+        ["policy", "Σ samples/s", "× balance", "× balance, paired", "makespan s", "mean JCT s",
+         "reallocs", "each round"], rows))
     console.print("paired: the median over rounds of the ratio to balance in the same round")
     _save(args, result)
     if args.plot:
@@ -189,5 +198,13 @@ EXTRA = {"resize": bench_resize, "live": bench_live, "api": bench_api, "cache": 
 def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="small settings (seconds)")
     parser.add_argument("--masters", type=int, default=200, help="api: simulated masters")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="live: rounds of every policy (default 3)")
+    parser.add_argument("--iterations-scale", dest="iterations_scale", type=float,
+                        default=None, help="live: the trace's iterations × this (default 0.2)")
+    parser.add_argument("--crop", type=int, default=None,
+                        help="live: image crop (default 224 with CUDA, 112 emulated)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="live: the daemon's workers (default: cores with CUDA, else 3 ×)")
     parser.add_argument("--ranks-per-node", type=int, default=None,
                         help="cache: ranks on the node (default: all of them)")
