@@ -75,35 +75,26 @@ class BatchWindow:
 class WindowPool:
     """One torch DataLoader (``workers`` processes) reading one window of the epoch.
 
-    With ``background`` the loader is built (its workers forked) in a thread, so the consumer
-    keeps reading the old pool, or finishes its step, while the new one starts.
+    Built (its workers forked) where it is made, which is the consumer's thread; torch's
+    ``iter`` returns once the workers are forked and their first batches asked for, so the
+    consumer goes on reading the old pool while they start. A failure to start is raised
+    by ``wait``, where the consumer next reads this pool.
     """
 
-    def __init__(self, build: Callable[[], DataLoader], window: BatchWindow, workers: int,
-                 background: bool) -> None:
+    def __init__(self, build: Callable[[], DataLoader], window: BatchWindow,
+                 workers: int) -> None:
         self.window, self.workers, self.delivered = window, workers, 0
         self.created = time.perf_counter()
         self.loader: DataLoader | None = None
         self.iterator: Any = None
         self._error: BaseException | None = None
-        self._ready = threading.Event()
-        if background:
-            threading.Thread(target=self._build, args=(build,), name="adloader-pool",
-                             daemon=True).start()
-        else:
-            self._build(build)
-
-    def _build(self, build: Callable[[], DataLoader]) -> None:
         try:
             self.loader = build()
             self.iterator = iter(self.loader)
-        except BaseException as exc:  # raised in the consumer's thread by wait()
+        except Exception as exc:
             self._error = exc
-        finally:
-            self._ready.set()
 
     def wait(self) -> WindowPool:
-        self._ready.wait()
         if self._error is not None:
             raise self._error
         return self
@@ -173,7 +164,6 @@ class Lookahead:
 
 
 def shutdown(pool: WindowPool) -> None:
-    pool._ready.wait()
     stop = getattr(pool.iterator, "_shutdown_workers", None)  # joins the worker processes
     if stop is not None:
         stop()

@@ -4,8 +4,13 @@ The order of epoch e is ``adloader.order.rank_order`` (or the given sampler's), 
 as a list of batches. Each worker pool is a plain torch DataLoader reading a ``BatchWindow`` of
 that list. ``resize(n)`` ("drain") cuts the running pool's window L batches past where it has
 sent (L = ⌈pool startup / batch interval⌉, both learnt as it runs), starts a pool of n workers
-there in a background thread and lets the old one deliver up to the cut: nothing is lost,
-repeated or reordered, and the new pool starts while the old one still feeds the trainer.
+there and lets the old one deliver up to the cut: nothing is lost, repeated or reordered, and
+the new workers start while the old ones still feed the trainer.
+
+Workers are forked only in the consumer's thread, at a batch boundary, never from the thread
+that calls ``resize`` (the master's): a fork copies every lock as it is at that instant, and
+one the training step holds (tempfile's, a logging handler's, the script's own) would stay
+locked forever in the child.
 """
 
 from __future__ import annotations
@@ -152,6 +157,7 @@ class ElasticDataLoader:
         self._last_return: float | None = None
         self._active: EpochIterator | None = None
         self._ahead = Lookahead()
+        self._consumer: int | None = None  # the thread iterating: the only one that forks
 
     # ---- public controls -------------------------------------------------------------
     @property
@@ -172,16 +178,18 @@ class ElasticDataLoader:
         return self._epoch
 
     def resize(self, n: int) -> None:
-        """Run with n workers (0: load in the consumer's process) from the next batch boundary."""
+        """Run with n workers (0: load in the consumer's process) from the next batch boundary.
+        Any thread may call it; called in the consumer's thread, it starts the pool at once."""
         self._target = self._check_workers(n)
         self._dirty = True
-        self._try_apply()
+        if threading.get_ident() == self._consumer:
+            self._try_apply()
 
     def release(self) -> None:
         """Shut the worker pool down now; the next batch (or ``resize``) starts one again."""
         self._dirty = False
         self._want_release = True
-        self._try_apply()
+        self._try_apply()  # only shuts down: nothing is dirty
 
     def close(self) -> None:
         with self._lock:
@@ -245,6 +253,7 @@ class ElasticDataLoader:
         return epoch_batches(order, self.batch_size, self.drop_last)
 
     def __iter__(self) -> EpochIterator:
+        self._consumer = threading.get_ident()
         with self._lock:
             if self._batches is not None:  # an abandoned iteration: start the epoch over
                 self._shutdown_all()
@@ -269,6 +278,7 @@ class ElasticDataLoader:
 
     def _next(self, it: EpochIterator) -> Any:
         t0 = time.perf_counter()
+        self._consumer = threading.get_ident()
         with self._lock:
             if it is not self._active or self._batches is None:
                 raise StopIteration
@@ -300,12 +310,6 @@ class ElasticDataLoader:
         return batch
 
     # ---- internals (the lock is held) -------------------------------------------------
-    @staticmethod
-    def _check_workers(n: int) -> int:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InputError(f"num_workers must be an integer >= 0, got {n!r}")
-        return n
-
     def _try_apply(self) -> None:
         if self._lock.acquire(blocking=False):  # else the consumer applies it at the boundary
             try:
@@ -313,12 +317,18 @@ class ElasticDataLoader:
             finally:
                 self._lock.release()
 
+    @staticmethod
+    def _check_workers(n: int) -> int:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InputError(f"num_workers must be an integer >= 0, got {n!r}")
+        return n
+
     def _apply(self) -> None:
         if self._want_release:
             self._want_release = False
             self._shutdown_all()
-        if not self._dirty:
-            return
+        if not self._dirty or threading.get_ident() != self._consumer:
+            return  # a pool is started in the consumer's thread only
         self._dirty = False
         if self._batches is None:
             return  # not iterating: the next epoch starts with the new count
@@ -332,10 +342,10 @@ class ElasticDataLoader:
             ahead = self._ahead.batches() if self._target else 0  # 0 workers: no startup
             start = pools[-1].wait().window.cut(ahead)
             if start < len(self._batches):
-                pools.append(self._start_pool(start, background=True))
+                pools.append(self._start_pool(start))
             self._retire_drained()
         elif self.handover == "restart":
-            new = self._start_pool(self._consumed, background=True)
+            new = self._start_pool(self._consumed)
             while pools:
                 shutdown_later(pools.popleft())
             pools.append(new)
@@ -343,14 +353,13 @@ class ElasticDataLoader:
             self._shutdown_all()
             pools.append(self._start_pool(self._consumed))
 
-    def _start_pool(self, start: int, background: bool = False) -> WindowPool:
+    def _start_pool(self, start: int) -> WindowPool:
         assert self._batches is not None
         window = BatchWindow(self._batches, start)
         n = self._target
-        if n == 0:  # in the consumer's thread: nothing to start, nothing to draw in background
+        if n == 0:  # in the consumer's thread: nothing to start
             return WindowPool(lambda: InlineFetch(self._fetch_dataset, window, self._batched,
-                                                  self.collate_fn, self.pin_memory),
-                              window, 0, False)
+                                                  self.collate_fn, self.pin_memory), window, 0)
         kwargs: dict[str, Any] = dict(
             num_workers=n, collate_fn=self.collate_fn, pin_memory=self.pin_memory,
             timeout=self.timeout, worker_init_fn=self.worker_init_fn, generator=self.generator,
@@ -361,8 +370,7 @@ class ElasticDataLoader:
             kwargs["batch_sampler"] = window
         else:
             kwargs.update(sampler=window, batch_size=None)
-        return WindowPool(lambda: DataLoader(self._fetch_dataset, **kwargs), window, n,
-                          background)
+        return WindowPool(lambda: DataLoader(self._fetch_dataset, **kwargs), window, n)
 
     def _retire_drained(self) -> None:
         while len(self._pools) > 1 and self._pools[0].drained:

@@ -152,6 +152,36 @@ def test_resize_from_another_thread():
     assert {0, 1, 2} <= set(workers_seen)
 
 
+APP_LOCK = threading.Lock()  # a lock of the training script's (tempfile's, a library's)
+
+
+class NeedsTheAppLock(Numbers):
+    def __getitem__(self, i: int):
+        with APP_LOCK:  # a forked worker inherits it as it was at the fork
+            return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("handover", ["drain", "restart", "serial"])
+def test_no_worker_is_forked_while_the_training_thread_holds_a_lock(handover):
+    """A resize from the master's thread during the step must not fork then: a child forked
+    while the consumer holds a lock inherits it locked and hangs on its first sample."""
+    ours = loader(NeedsTheAppLock(40), num_workers=1, handover=handover)
+    it = iter(ours)
+    got = [next(it)]
+    with APP_LOCK:  # the training step, holding a lock of its own
+        resizer = threading.Thread(target=ours.resize, args=(2,))
+        resizer.start()
+        resizer.join(timeout=10)
+        assert not resizer.is_alive()
+    rest: list = []
+    reader = threading.Thread(target=lambda: rest.extend(it), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert not reader.is_alive(), "a worker forked under the lock hangs"
+    assert indices(got + rest) == list(range(40))
+    assert ours.num_workers == 2
+
+
 @pytest.mark.parametrize(("before", "after"), [(2, 0), (0, 3), (1, 2)])
 def test_state_dict_resumes_with_other_workers(before, after):
     ds = Numbers(60)

@@ -35,7 +35,7 @@ from adloader.workloads.profile import load_profile
 @contextlib.contextmanager
 def gpu_locks(gpu_ids: list[int]):
     """Hold the emulated GPUs (file locks, taken in order so two jobs never deadlock)."""
-    base = Path(os.environ.get("ADLOADER_GPU_LOCK_DIR", tempfile.gettempdir()))
+    base = Path(os.environ.get("ADLOADER_GPU_LOCK_DIR") or tempfile.gettempdir())
     handles = []
     try:
         for g in sorted(set(gpu_ids)):
