@@ -113,14 +113,19 @@ def _autogroup(pid: int | str) -> str | None:
         return None
 
 
+def autogroup_enabled() -> bool:
+    """Does the kernel group the CPU scheduling of each session (``sched_autogroup``)?"""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
 def separate_cpu_group(pid: int | None) -> bool:
     """Is the job in another autogroup than the daemon (started from another session while
     the kernel's autogroup is on)? Then the kernel gives it a session's share of the CPU,
     whatever its workers, and the allocation only partly sets its loading rate."""
-    try:
-        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
-            return False
-    except OSError:
+    if not autogroup_enabled():
         return False
     mine, theirs = _autogroup("self"), _autogroup(pid) if pid else None
     return mine is not None and theirs is not None and mine != theirs

@@ -8,6 +8,7 @@ import pytest
 import zmq
 from daemon_harness import Daemon, wait_for
 
+from adloader.daemon.launcher import autogroup_enabled
 from adloader.protocol import Finish, Heartbeat, encode
 
 
@@ -20,14 +21,6 @@ def daemon(tmp_path):
         for pid in _pids_writing(log):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-
-
-def _autogroup_on() -> bool:
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False
 
 
 def _pids_writing(log):
@@ -162,7 +155,7 @@ def test_job_started_by_hand_is_scheduled_like_a_submitted_one(daemon):
         wait_for(lambda: daemon.job(job)["state"] == "finished", 90, "it to finish")
         assert proc.wait(30) == 0
         assert daemon.events("attached", job)
-        if _autogroup_on():  # the kernel shares CPU per session: the daemon says so
+        if autogroup_enabled():  # the kernel shares CPU per session: the daemon says so
             assert daemon.events("separate_cpu_group", job)
     finally:
         if proc.poll() is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adloader.daemon.launcher import Launcher, separate_cpu_group
+from adloader.daemon.launcher import Launcher, autogroup_enabled, separate_cpu_group
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
 
@@ -60,9 +60,7 @@ def test_stop_ends_the_whole_process_group(launcher):
     assert _wait(lambda: not Launcher.alive(child))
 
 
-@pytest.mark.skipif(Path("/proc/sys/kernel/sched_autogroup_enabled").exists() is False
-                    or Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
-                    != "1", reason="kernel autogroup is off here")
+@pytest.mark.skipif(not autogroup_enabled(), reason="kernel autogroup is off here")
 def test_a_job_started_in_another_session_is_flagged():
     proc = subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL)
     try:
