@@ -41,6 +41,7 @@ class Register(_Msg):
     job: str
     token: str
     pid: int = 0
+    cpu_group: str | None = Field(default=None, max_length=64)  # its kernel autogroup
     features: JobFeatures
     workers: int = Field(default=0, ge=0)  # the count the job runs with now
     requested: int | None = Field(default=None, ge=0)

@@ -39,6 +39,7 @@ from adloader.protocol import (
 
 from .channel import Channel
 from .checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from .cpu_group import cpu_group
 
 PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
 
@@ -106,7 +107,8 @@ class JobMaster:
         self._reset_interval()
         self.channel: Channel | None = None
         if self.rank == 0 and endpoint and features is not None:
-            register = Register(job=job, token=token, pid=self._pid, features=features,
+            register = Register(job=job, token=token, pid=self._pid, cpu_group=cpu_group(),
+                                features=features,
                                 workers=workers, requested=requested,
                                 world_size=self.world_size)
             self.channel = Channel(endpoint, register, self._receive, self._heartbeat,

@@ -106,31 +106,6 @@ class Launcher:
             self.stop(job_id, None, grace_s=2.0)
 
 
-def _autogroup(pid: int | str) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def autogroup_enabled() -> bool:
-    """Does the kernel group the CPU scheduling of each session (``sched_autogroup``)?"""
-    try:
-        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
-    except OSError:
-        return False
-
-
-def separate_cpu_group(pid: int | None) -> bool:
-    """Is the job in another autogroup than the daemon (started from another session while
-    the kernel's autogroup is on)? Then the kernel gives it a session's share of the CPU,
-    whatever its workers, and the allocation only partly sets its loading rate."""
-    if not autogroup_enabled():
-        return False
-    mine, theirs = _autogroup("self"), _autogroup(pid) if pid else None
-    return mine is not None and theirs is not None and mine != theirs
-
-
 def job_cpu_percent(pid: int | None) -> float:
     """CPU % of a job's process and its children (its loader workers), from psutil."""
     if not pid:

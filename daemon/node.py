@@ -16,9 +16,10 @@ import threading
 import time
 from pathlib import Path
 
+from adloader.client.cpu_group import separate_cpu_group
 from adloader.config import DaemonConfig
 from adloader.daemon.broker import Broker
-from adloader.daemon.launcher import Launcher, job_cpu_percent, separate_cpu_group
+from adloader.daemon.launcher import Launcher, job_cpu_percent
 from adloader.daemon.scheduler import ACTIVE, Actions, LiveJob, Scheduler
 from adloader.daemon.service import JobView
 from adloader.daemon.store import FINAL_STATES, Store
@@ -177,7 +178,7 @@ class Node:
             self.store.update_job(job.id, **fields)
         for job_id, kind, data in actions.events:
             self.store.add_event(job_id, kind, data)
-            if kind == "attached" and separate_cpu_group(data.get("pid")):
+            if kind == "attached" and separate_cpu_group(data.get("cpu_group")):
                 self.store.add_event(job_id, "separate_cpu_group", {"note": CPU_GROUP_NOTE})
                 log.warning("%s: %s", job_id, CPU_GROUP_NOTE)
         for job_id, sample in actions.samples:

@@ -253,7 +253,8 @@ class Scheduler:
         self._open(self.arrival_window_s)
         job.seq += 1
         return Actions(changed=[job], events=[(job.id, "attached", {"workers": job.workers,
-                                                               "pid": msg.pid})],
+                                                               "pid": msg.pid,
+                                                               "cpu_group": msg.cpu_group})],
                        send=[(job.id, Allocation(seq=job.seq, workers=job.workers,
                                                  heartbeat_s=self.heartbeat_s))])
 

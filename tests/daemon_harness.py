@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -103,3 +104,22 @@ class Daemon:
             if line.startswith(name + " "):
                 return float(line.split()[1])
         return 0.0
+
+
+REPORT_GROUP = [sys.executable, "-c",
+                "from adloader.client.cpu_group import cpu_group; print(cpu_group(), flush=True)"]
+
+
+def group_of_a_new_session() -> str | None:
+    """What a process started in a new session reports (as a job from another terminal)."""
+    out = subprocess.run(REPORT_GROUP, start_new_session=True, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    return None if out in ([], ["None"]) else out[0]
+
+
+@functools.cache
+def sessions_split_cpu() -> bool:
+    """Does the kernel here give a new session its own CPU share (autogroup in effect)?"""
+    from adloader.client.cpu_group import cpu_group
+
+    return cpu_group() is not None and group_of_a_new_session() != cpu_group()

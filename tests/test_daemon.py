@@ -6,9 +6,8 @@ import signal
 
 import pytest
 import zmq
-from daemon_harness import Daemon, wait_for
+from daemon_harness import Daemon, sessions_split_cpu, wait_for
 
-from adloader.daemon.launcher import autogroup_enabled
 from adloader.protocol import Finish, Heartbeat, encode
 
 
@@ -155,8 +154,10 @@ def test_job_started_by_hand_is_scheduled_like_a_submitted_one(daemon):
         wait_for(lambda: daemon.job(job)["state"] == "finished", 90, "it to finish")
         assert proc.wait(30) == 0
         assert daemon.events("attached", job)
-        if autogroup_enabled():  # the kernel shares CPU per session: the daemon says so
+        if sessions_split_cpu():  # the kernel shares CPU per session: the daemon says so
             assert daemon.events("separate_cpu_group", job)
+        else:
+            assert not daemon.events("separate_cpu_group", job)
     finally:
         if proc.poll() is None:
             proc.kill()

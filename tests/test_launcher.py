@@ -1,14 +1,15 @@
 """The launcher: jobs share the daemon's CPU scheduling group, log to a file, stop as a group."""
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from daemon_harness import REPORT_GROUP, group_of_a_new_session, sessions_split_cpu
 
-from adloader.daemon.launcher import Launcher, autogroup_enabled, separate_cpu_group
+from adloader.client.cpu_group import cpu_group, separate_cpu_group
+from adloader.daemon.launcher import Launcher
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
 
@@ -35,8 +36,15 @@ def test_a_job_is_its_own_process_group_in_the_daemons_session(launcher):
     # not a new session: with autogroup on, a session is one scheduling group and would get
     # a session's share of the CPU whatever its workers
     assert os.getsid(started.pid) == os.getsid(0)
-    assert not separate_cpu_group(started.pid)
     assert _wait(lambda: "up" in Path(started.log_path).read_text())
+
+
+def test_a_launched_job_reports_the_daemons_cpu_group(launcher):
+    started = launcher.start("j-0", "tok", REPORT_GROUP, None, {}, 1, (0,))
+    assert _wait(lambda: launcher.reap() == [("j-0", 0)], 60)
+    reported = Path(started.log_path).read_text().split()[0]
+    assert reported == str(cpu_group())
+    assert not separate_cpu_group(None if reported == "None" else reported)
 
 
 def test_the_environment_carries_what_attach_reads(launcher, tmp_path):
@@ -60,11 +68,42 @@ def test_stop_ends_the_whole_process_group(launcher):
     assert _wait(lambda: not Launcher.alive(child))
 
 
-@pytest.mark.skipif(not autogroup_enabled(), reason="kernel autogroup is off here")
+@pytest.mark.skipif(not sessions_split_cpu(),
+                    reason="the kernel does not share the CPU per session here")
 def test_a_job_started_in_another_session_is_flagged():
-    proc = subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL)
-    try:
-        assert separate_cpu_group(proc.pid)
-    finally:
-        proc.kill()
-        proc.wait()
+    assert separate_cpu_group(group_of_a_new_session())
+
+
+def _fake_proc(root: Path, enabled="1", cgroup="0::/\n", autogroup="/autogroup-7 nice 0\n",
+               controllers=None) -> tuple[Path, Path]:
+    proc, cg = root / "proc", root / "cgroup"
+    (proc / "sys/kernel").mkdir(parents=True)
+    (proc / "self").mkdir()
+    (proc / "sys/kernel/sched_autogroup_enabled").write_text(enabled + "\n")
+    (proc / "self/cgroup").write_text(cgroup)
+    (proc / "self/autogroup").write_text(autogroup)
+    if controllers is not None:
+        (cg / "job.slice").mkdir(parents=True)
+        (cg / "job.slice/cgroup.controllers").write_text(controllers)
+    return proc, cg
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({}, "/autogroup-7"),
+    ({"enabled": "0"}, None),  # autogroup off: CPU per process already
+    ({"cgroup": "1:cpu,cpuacct:/\n0::/\n"}, "/autogroup-7"),  # v1, root cpu cgroup
+    ({"cgroup": "1:cpu,cpuacct:/job\n0::/\n"}, None),  # v1: a cpu cgroup decides
+    ({"cgroup": "0::/job.slice\n", "controllers": "cpu memory"}, None),  # v2 with cpu
+    ({"cgroup": "0::/job.slice\n", "controllers": "memory pids"}, "/autogroup-7"),
+    ({"autogroup": ""}, None),
+])
+def test_cpu_group_follows_the_kernel_rules(tmp_path, kwargs, expected):
+    proc, cg = _fake_proc(tmp_path, **kwargs)
+    assert cpu_group(proc, cg) == expected
+
+
+def test_separate_only_when_both_groups_are_known_and_differ():
+    assert separate_cpu_group("/autogroup-2", mine="/autogroup-1")
+    assert not separate_cpu_group("/autogroup-1", mine="/autogroup-1")
+    assert not separate_cpu_group(None, mine="/autogroup-1")
+    assert not separate_cpu_group("/autogroup-2", mine="")
