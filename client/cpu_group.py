@@ -46,14 +46,21 @@ def in_cpu_cgroup(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> bool:
     return "cpu" in controllers.split()
 
 
+DEFAULT_GROUP = "/autogroup-0"  # no session of its own since boot: the root task group
+
+
 def cpu_group(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> str | None:
-    """This process's autogroup (``/autogroup-N``) when it decides its CPU share, else None."""
+    """This process's autogroup (``/autogroup-N``) when it decides its CPU share, else None.
+
+    The kernel prints nothing for a process still in the default autogroup (none of its
+    ancestors started a session): its tasks are scheduled one by one in the root group."""
     if not autogroup_enabled(proc) or in_cpu_cgroup(proc, cgroup_root):
         return None
     try:
-        return (proc / "self/autogroup").read_text().split()[0]
-    except (OSError, IndexError):
+        text = (proc / "self/autogroup").read_text().split()
+    except OSError:
         return None
+    return text[0] if text else DEFAULT_GROUP
 
 
 def separate_cpu_group(theirs: str | None, mine: str | None = None) -> bool:

@@ -95,7 +95,7 @@ def _fake_proc(root: Path, enabled="1", cgroup="0::/\n", autogroup="/autogroup-7
     ({"cgroup": "1:cpu,cpuacct:/job\n0::/\n"}, None),  # v1: a cpu cgroup decides
     ({"cgroup": "0::/job.slice\n", "controllers": "cpu memory"}, None),  # v2 with cpu
     ({"cgroup": "0::/job.slice\n", "controllers": "memory pids"}, "/autogroup-7"),
-    ({"autogroup": ""}, None),
+    ({"autogroup": ""}, "/autogroup-0"),  # never in a session of its own: the root group
 ])
 def test_cpu_group_follows_the_kernel_rules(tmp_path, kwargs, expected):
     proc, cg = _fake_proc(tmp_path, **kwargs)
