@@ -31,12 +31,14 @@ def in_cpu_cgroup(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> bool:
     except OSError:
         return False
     unified = None
-    for line in lines:
-        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+    for fields in (line.split(":", 2) for line in lines):
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         if "cpu" in controllers.split(","):  # cgroup v1: the cpu hierarchy
-            return path.strip() != "/"
+            return path != "/"
         if controllers == "":
-            unified = path.strip()
+            unified = path
     if unified in (None, "/"):
         return False
     try:  # cgroup v2: a cgroup has its own CPU share when its parent hands it the controller
@@ -63,7 +65,6 @@ def cpu_group(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> str | None:
     return text[0] if text else DEFAULT_GROUP
 
 
-def separate_cpu_group(theirs: str | None, mine: str | None = None) -> bool:
-    """Is a job that reported ``theirs`` in another scheduling group than this process?"""
-    mine = cpu_group() if mine is None else mine
+def separate_cpu_group(theirs: str | None, mine: str | None) -> bool:
+    """Is a job that reported ``theirs`` in another scheduling group than ``mine``?"""
     return bool(mine) and bool(theirs) and mine != theirs

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from adloader.client.cpu_group import separate_cpu_group
+from adloader.client.cpu_group import cpu_group, separate_cpu_group
 from adloader.config import DaemonConfig
 from adloader.daemon.broker import Broker
 from adloader.daemon.launcher import Launcher, job_cpu_percent
@@ -57,6 +57,7 @@ class Node:
         state = config.state_path
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = Store(state / "adloader.db")
+        self.cpu_group = cpu_group()  # the daemon's; a job reporting another is flagged
         self.capacity = config.capacity or _cores()
         self.gpus = config.gpus or _cuda_devices() or 1
         self.prior = model or prior_model(config.profile)
@@ -178,7 +179,7 @@ class Node:
             self.store.update_job(job.id, **fields)
         for job_id, kind, data in actions.events:
             self.store.add_event(job_id, kind, data)
-            if kind == "attached" and separate_cpu_group(data.get("cpu_group")):
+            if kind == "attached" and separate_cpu_group(data.get("cpu_group"), self.cpu_group):
                 self.store.add_event(job_id, "separate_cpu_group", {"note": CPU_GROUP_NOTE})
                 log.warning("%s: %s", job_id, CPU_GROUP_NOTE)
         for job_id, sample in actions.samples:

@@ -44,7 +44,7 @@ def test_a_launched_job_reports_the_daemons_cpu_group(launcher):
     assert _wait(lambda: launcher.reap() == [("j-0", 0)], 60)
     reported = Path(started.log_path).read_text().split()[0]
     assert reported == str(cpu_group())
-    assert not separate_cpu_group(None if reported == "None" else reported)
+    assert not separate_cpu_group(None if reported == "None" else reported, cpu_group())
 
 
 def test_the_environment_carries_what_attach_reads(launcher, tmp_path):
@@ -71,7 +71,7 @@ def test_stop_ends_the_whole_process_group(launcher):
 @pytest.mark.skipif(not sessions_split_cpu(),
                     reason="the kernel does not share the CPU per session here")
 def test_a_job_started_in_another_session_is_flagged():
-    assert separate_cpu_group(group_of_a_new_session())
+    assert separate_cpu_group(group_of_a_new_session(), cpu_group())
 
 
 def _fake_proc(root: Path, enabled="1", cgroup="0::/\n", autogroup="/autogroup-7 nice 0\n",
