@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from adloader.errors import InputError
+from adloader.errors import DaemonBusy, InputError, StorageError
 
 COMMANDS = (
     "adloader.models.commands",  # models list | features
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except InputError as exc:
+    except (InputError, StorageError, DaemonBusy) as exc:
         lines = str(exc).strip().splitlines() or [type(exc).__name__]
         print(f"adloader: error: {lines[-1] if len(lines) > 1 else lines[0]}", file=sys.stderr)
         return 2

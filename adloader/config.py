@@ -21,6 +21,7 @@ class DaemonConfig:
     port: int = 7070
     state_dir: str = ""  # SQLite file, token file, job logs ("" = ~/.local/state/adloader)
     endpoint: str = ""  # ZeroMQ ROUTER ("" = ipc://STATE_DIR/control.sock)
+    socket_group: str = ""  # group whose members' jobs may connect ("" = the daemon's user)
     policy: str = "optimal"  # allocation policy (adloader.allocation.POLICIES)
     capacity: int = 0  # loading workers of the node (0 = logical cores)
     gpus: int = 0  # GPUs of the node (0 = CUDA devices, at least 1)
@@ -29,6 +30,7 @@ class DaemonConfig:
     completion_window_s: float = 30.0  # completion buffer (paper: 30 s)
     heartbeat_s: float = 1.0  # what masters are told
     lost_after_s: float = 0.0  # no heartbeat for this long: lost (0 = 2 × heartbeat_s + 1)
+    cancel_grace_s: float = 10.0  # a cancelled job's time to stop before it is signalled
     profile: str = ""  # device profile for emulated GPU steps ("" = none)
     token_file: str = ""  # bearer token file ("" = STATE_DIR/token)
 
@@ -84,7 +86,7 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
         raise InputError(f"setting 'port' must be 0..65535, got {cfg.port}")
     if cfg.jobs_per_gpu < 1:
         raise InputError(f"setting 'jobs_per_gpu' must be at least 1, got {cfg.jobs_per_gpu}")
-    for key in ("arrival_window_s", "completion_window_s", "heartbeat_s"):
+    for key in ("arrival_window_s", "completion_window_s", "heartbeat_s", "cancel_grace_s"):
         if getattr(cfg, key) < 0 or (key == "heartbeat_s" and cfg.heartbeat_s == 0):
             raise InputError(f"setting {key!r} must be positive")
     return cfg

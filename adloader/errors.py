@@ -1,5 +1,13 @@
-"""Errors a user can cause: shown as one line by the CLI, never as a traceback."""
+"""Errors, named for what went wrong; the CLI shows each as one line, never a traceback."""
 
 
 class InputError(ValueError):
     """Bad input from a user: a trace, a job, a sample file, a model name, a profile."""
+
+
+class StorageError(RuntimeError):
+    """The daemon's state on disk cannot be read or written (damaged, full, gone)."""
+
+
+class DaemonBusy(RuntimeError):
+    """Another daemon already owns the state directory or the address."""

@@ -3,7 +3,9 @@
 ``model`` names a zoo network (its FLOPs f and size M come from the features table);
 ``features`` gives f and M directly for a model outside the zoo. ``batch_size`` is the
 per-GPU batch b, ``gpus`` is n, ``workers`` the count the user asked for (the daemon may
-give another). Every malformed spec becomes one InputError line naming the field.
+give another). Every malformed spec becomes one InputError line naming the field. Every
+field is bounded (``adloader.limits``): a spec is a tenant's input on a shared node, and
+nothing in it may be too large to store, show or launch (no NUL byte, no 50 MB command).
 """
 
 from __future__ import annotations
@@ -11,15 +13,33 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import PurePath
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from adloader import limits
 from adloader.errors import InputError
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 _SHOULD = re.compile(r"^(Input|String|List|Value|Dictionary|Tuple|Set|Object) should ")
+
+
+def _no_nul(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+Arg = Annotated[str, Field(max_length=limits.MAX_ARG), AfterValidator(_no_nul)]
 
 
 class SpecFeatures(BaseModel):
@@ -27,8 +47,8 @@ class SpecFeatures(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    flops_g: float = Field(gt=0)
-    params_m: float = Field(gt=0)
+    flops_g: float = Field(gt=0, le=limits.MAX_FLOPS_G, allow_inf_nan=False)
+    params_m: float = Field(gt=0, le=limits.MAX_PARAMS_M, allow_inf_nan=False)
 
 
 class JobSpec(BaseModel):
@@ -36,17 +56,17 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
-    command: list[str] = Field(min_length=1)
-    cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    model: str | None = None
+    name: str = Field(max_length=limits.MAX_NAME)
+    command: list[Arg] = Field(min_length=1, max_length=limits.MAX_ARGS)
+    cwd: Arg | None = None
+    env: dict[str, Arg] = Field(default_factory=dict, max_length=limits.MAX_ENV)
+    model: str | None = Field(default=None, max_length=limits.MAX_NAME)
     features: SpecFeatures | None = None
-    batch_size: int = Field(gt=0)
-    gpus: int = Field(default=1, gt=0)
-    iterations: int | None = Field(default=None, gt=0)
-    epochs: int | None = Field(default=None, gt=0)
-    workers: int | None = Field(default=None, ge=0)
+    batch_size: int = Field(gt=0, le=limits.MAX_BATCH)
+    gpus: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
+    iterations: int | None = Field(default=None, gt=0, le=limits.MAX_ITERATIONS)
+    epochs: int | None = Field(default=None, gt=0, le=limits.MAX_EPOCHS)
+    workers: int | None = Field(default=None, ge=0, le=limits.MAX_WORKERS)
 
     @field_validator("name")
     @classmethod
@@ -87,7 +107,7 @@ class JobSpec(BaseModel):
     def _model(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from adloader.models.zoo import parse  # imports torch: only when a model is named
+        from adloader.models.names import parse
 
         try:
             return parse(value).name
@@ -100,6 +120,11 @@ class JobSpec(BaseModel):
             raise ValueError("field 'model': required unless 'features' is given")
         if self.iterations is None and self.epochs is None:
             raise ValueError("field 'iterations': required unless 'epochs' is given")
+        size = sum(len(a) for a in self.command) + sum(len(k) + len(v) for k, v in
+                                                       self.env.items())
+        if size > limits.MAX_SPEC_BYTES:
+            raise ValueError(f"command and env together must be at most {limits.MAX_SPEC_BYTES} "
+                             f"characters, got {size}")
         return self
 
 

@@ -1,9 +1,12 @@
 """The control channel's messages (A-Dloader §III-C), shared by the daemon and the master.
 
 Frames are UTF-8 JSON objects of at most MAX_FRAME bytes with a ``type`` field. Every
-message from a job carries its ``job`` id and ``token``; the daemon stamps each command
-with a sequence number ``seq`` so a master drops stale ones queued while it was away.
-``decode`` turns anything malformed, oversized or unknown into a ProtocolError.
+message from a job carries its ``job`` id and ``token``: the daemon judges it by that pair
+alone, whoever sent it. The daemon stamps each command with a sequence number ``seq`` so a
+master drops stale ones queued while it was away. Every field is bounded
+(``adloader.limits``) and every float finite, so nothing a job sends can reach the
+scheduler or the TPM out of range. ``decode`` turns anything malformed, oversized, unknown
+or out of bounds (NaN and Infinity included) into a ProtocolError.
 """
 
 from __future__ import annotations
@@ -13,7 +16,19 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from adloader import limits
+
 MAX_FRAME = 64 * 1024
+
+JobId = Annotated[str, Field(min_length=1, max_length=limits.MAX_JOB_ID,
+                             pattern=limits.JOB_ID_PATTERN)]
+Token = Annotated[str, Field(min_length=1, max_length=limits.MAX_TOKEN)]
+Count = Annotated[int, Field(ge=0, le=limits.MAX_COUNTER)]
+Workers = Annotated[int, Field(ge=0, le=limits.MAX_WORKERS)]
+Seconds = Annotated[float, Field(ge=0, le=limits.MAX_STEP_S, allow_inf_nan=False)]
+ExitCode = Annotated[int, Field(ge=limits.EXIT_CODE_RANGE[0], le=limits.EXIT_CODE_RANGE[1])]
+Text = Annotated[str, Field(max_length=limits.MAX_TEXT)]
+SUPERVISORS = ("launcher", "run")  # who reports a job's exit status besides its master
 
 
 class ProtocolError(ValueError):
@@ -27,53 +42,69 @@ class _Msg(BaseModel):
 class JobFeatures(_Msg):
     """What the TPM needs of a job (eq. 6): model, batch B, GPUs n, FLOPs f, size M."""
 
-    model: str = ""
-    batch_size: int = Field(gt=0)
-    gpus: int = Field(default=1, gt=0)
-    flops_g: float = Field(gt=0)
-    params_m: float = Field(gt=0)
-    iterations: int | None = Field(default=None, gt=0)
+    model: str = Field(default="", max_length=limits.MAX_NAME)
+    batch_size: int = Field(gt=0, le=limits.MAX_BATCH)
+    gpus: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
+    flops_g: float = Field(gt=0, le=limits.MAX_FLOPS_G, allow_inf_nan=False)
+    params_m: float = Field(gt=0, le=limits.MAX_PARAMS_M, allow_inf_nan=False)
+    iterations: int | None = Field(default=None, gt=0, le=limits.MAX_ITERATIONS)
 
 
-# -- job (application master) -> daemon ------------------------------------------------
+# -- job (application master, or the `adloader run` supervisor) -> daemon -----------
 class Register(_Msg):
     type: Literal["register"] = "register"
-    job: str
-    token: str
-    pid: int = 0
+    job: JobId
+    token: Token
+    pid: int = Field(default=0, ge=0, le=limits.MAX_PID)
     cpu_group: str | None = Field(default=None, max_length=64)  # its kernel autogroup
     features: JobFeatures
-    workers: int = Field(default=0, ge=0)  # the count the job runs with now
-    requested: int | None = Field(default=None, ge=0)
-    world_size: int = Field(default=1, gt=0)
+    workers: Workers = 0  # the count the job runs with now
+    requested: Workers | None = None
+    world_size: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
+    supervisor: Literal["launcher", "run"] | None = None  # who will report its exit status
 
 
 class Heartbeat(_Msg):
     type: Literal["heartbeat"] = "heartbeat"
-    job: str
-    token: str
-    iteration: int = Field(ge=0)
-    step_s: float = Field(ge=0)  # mean GPU step (1/μ) over the interval
-    data_wait_s: float = Field(ge=0)  # mean wait for a batch over the interval
-    samples_per_s: float = Field(ge=0)
-    workers: int = Field(ge=0)
-    applied_seq: int = Field(default=0, ge=0)  # the last command applied
+    job: JobId
+    token: Token
+    iteration: Count
+    step_s: Seconds  # mean GPU step (1/μ) over the interval
+    data_wait_s: Seconds  # mean wait for a batch over the interval
+    samples_per_s: float = Field(ge=0, le=limits.MAX_RATE, allow_inf_nan=False)
+    workers: Workers
+    applied_seq: Count = 0  # the last command applied
 
 
 class Paused(_Msg):
     type: Literal["paused"] = "paused"
-    job: str
-    token: str
-    seq: int = Field(ge=0)
-    checkpoint: str | None = None
+    job: JobId
+    token: Token
+    seq: Count
+    checkpoint: Text | None = None
 
 
 class Finish(_Msg):
+    """The master's last word: training ended (``exit_code`` as the master saw it: 0, or
+    1 after an uncaught exception, -2 after Ctrl-C; ``error`` its last line)."""
+
     type: Literal["finish"] = "finish"
-    job: str
-    token: str
-    iterations: int = Field(ge=0)
-    exit_code: int = 0
+    job: JobId
+    token: Token
+    iterations: Count
+    exit_code: ExitCode = 0
+    error: Text | None = None
+
+
+class Exit(_Msg):
+    """The supervisor's word (``adloader run``): the job's process ended with ``exit_code``,
+    or was killed by ``signal``."""
+
+    type: Literal["exit"] = "exit"
+    job: JobId
+    token: Token
+    exit_code: ExitCode | None = None
+    signal: int | None = Field(default=None, ge=1, le=128)
 
 
 # -- daemon -> job --------------------------------------------------------------------
@@ -81,38 +112,47 @@ class Allocation(_Msg):
     """The answer to Register: the workers to run with (0 = load in the main process)."""
 
     type: Literal["allocation"] = "allocation"
-    seq: int = Field(ge=0)
-    workers: int = Field(ge=0)
-    heartbeat_s: float = Field(default=1.0, gt=0)
+    seq: Count
+    workers: Workers
+    heartbeat_s: float = Field(default=1.0, gt=0, le=3600, allow_inf_nan=False)
 
 
 class Resize(_Msg):
     type: Literal["resize"] = "resize"
-    seq: int = Field(ge=0)
-    workers: int = Field(ge=0)
+    seq: Count
+    workers: Workers
 
 
 class Pause(_Msg):
     type: Literal["pause"] = "pause"
-    seq: int = Field(ge=0)
+    seq: Count
     checkpoint: bool = False
 
 
 class Resume(_Msg):
     type: Literal["resume"] = "resume"
-    seq: int = Field(ge=0)
-    workers: int = Field(ge=0)
+    seq: Count
+    workers: Workers
+
+
+class Stop(_Msg):
+    """Cancel: stop at the next batch boundary; after ``grace_s`` the job ends itself."""
+
+    type: Literal["stop"] = "stop"
+    seq: Count
+    grace_s: Seconds = 10.0
 
 
 class Refused(_Msg):
     """The daemon would not take a message (bad token, unknown job); says why."""
 
     type: Literal["refused"] = "refused"
-    reason: str
+    reason: Text
 
 
-FromJob = Annotated[Register | Heartbeat | Paused | Finish, Field(discriminator="type")]
-ToJob = Annotated[Allocation | Resize | Pause | Resume | Refused, Field(discriminator="type")]
+FromJob = Annotated[Register | Heartbeat | Paused | Finish | Exit, Field(discriminator="type")]
+ToJob = Annotated[Allocation | Resize | Pause | Resume | Stop | Refused,
+                  Field(discriminator="type")]
 _FROM_JOB = TypeAdapter(FromJob)
 _TO_JOB = TypeAdapter(ToJob)
 
@@ -121,14 +161,18 @@ def encode(message: _Msg) -> bytes:
     return message.model_dump_json(exclude_none=True).encode()
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def _decode(frame: bytes, adapter: TypeAdapter):
     if not isinstance(frame, bytes | bytearray | memoryview):
         raise ProtocolError("frame is not bytes")
     if len(frame) > MAX_FRAME:
         raise ProtocolError(f"frame of {len(frame)} bytes exceeds {MAX_FRAME}")
     try:
-        data = json.loads(bytes(frame).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(bytes(frame).decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame is not JSON: {exc}") from None
     if not isinstance(data, dict) or "type" not in data:
         raise ProtocolError("frame has no message type")
@@ -137,12 +181,12 @@ def _decode(frame: bytes, adapter: TypeAdapter):
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"]) or "message"
-        raise ProtocolError(f"{data.get('type')!r}: {where}: {err['msg']}") from None
+        raise ProtocolError(f"{str(data.get('type'))[:32]!r}: {where}: {err['msg']}") from None
 
 
-def decode_from_job(frame: bytes) -> Register | Heartbeat | Paused | Finish:
+def decode_from_job(frame: bytes) -> Register | Heartbeat | Paused | Finish | Exit:
     return _decode(frame, _FROM_JOB)
 
 
-def decode_to_job(frame: bytes) -> Allocation | Resize | Pause | Resume | Refused:
+def decode_to_job(frame: bytes) -> Allocation | Resize | Pause | Resume | Stop | Refused:
     return _decode(frame, _TO_JOB)

@@ -1,5 +1,6 @@
 """What runs inside a training job: the application master and the elastic loader."""
 
-from .master import JobMaster, attach
+from .attach import attach
+from .master import JobCancelled, JobMaster
 
-__all__ = ["JobMaster", "attach"]
+__all__ = ["JobCancelled", "JobMaster", "attach"]

@@ -38,6 +38,7 @@ from adloader.client.elastic_sampler import (
     shutdown_later,
 )
 from adloader.errors import InputError
+from adloader.limits import MAX_WORKERS
 from adloader.order import rank_order, samples_per_rank
 
 HANDOVERS = ("drain", "restart", "serial")
@@ -321,6 +322,9 @@ class ElasticDataLoader:
     def _check_workers(n: int) -> int:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InputError(f"num_workers must be an integer >= 0, got {n!r}")
+        if n > MAX_WORKERS:
+            raise InputError(f"num_workers must be at most {MAX_WORKERS} (adloader.limits."
+                             f"MAX_WORKERS), got {n}")
         return n
 
     def _apply(self) -> None:

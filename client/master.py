@@ -4,12 +4,16 @@
 itself as the loader's ``on_batch`` hook; at each batch boundary, in the consumer's thread,
 it records the step statistics the heartbeats report and applies the pending commands:
 Allocation/Resize → ``loader.resize(d)``; Pause → ``loader.release()``, an optional
-checkpoint, ``Paused``, then wait for Resume → ``loader.resize(d)``. Commands carry a
+checkpoint, ``Paused``, then wait for Resume → ``loader.resize(d)``; Stop (cancel) → raise
+``JobCancelled`` (a SystemExit) in the training loop, and if the process is still there
+after the grace period, end it (SIGTERM, then SIGKILL). Commands carry a
 sequence number; one not newer than the last applied is dropped. In a multi-rank job only
 rank 0 talks to the daemon and broadcasts its pending commands to every rank at every
 boundary, so all ranks apply the same decision at the same iteration (d is per rank, as
 the paper's WAA allocates workers per GPU). Without a daemon it logs one line and the
-loader keeps the workers it was built with.
+loader keeps the workers it was built with. At exit the master sends Finish with the exit
+status it saw: 0, 1 after an uncaught exception (its last line as ``error``), -2 after
+Ctrl-C; a job's supervisor (the launcher, ``adloader run``) reports the exact status.
 """
 
 from __future__ import annotations
@@ -17,15 +21,17 @@ from __future__ import annotations
 import atexit
 import os
 import queue
-import socket
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from adloader.errors import InputError
+from adloader import env as names
+from adloader.host.cpu_group import cpu_group
 from adloader.protocol import (
+    SUPERVISORS,
     Allocation,
     Finish,
     Heartbeat,
@@ -35,13 +41,26 @@ from adloader.protocol import (
     Register,
     Resize,
     Resume,
+    Stop,
 )
 
 from .channel import Channel
 from .checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
-from .cpu_group import cpu_group
 
 PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
+CANCEL_EXIT_CODE = 128 + signal.SIGTERM
+
+
+class JobCancelled(SystemExit):
+    """Raised in the training loop at the batch boundary after the daemon cancelled the job
+    (a SystemExit: ``except Exception`` in a script does not swallow it)."""
+
+    def __init__(self, job: str):
+        super().__init__(CANCEL_EXIT_CODE)
+        self.job = job
+
+    def __str__(self) -> str:
+        return f"job {self.job!r} was cancelled"
 
 
 def _stderr(line: str) -> None:
@@ -84,6 +103,7 @@ class JobMaster:
         log: Callable[[str], None] = _stderr,
         connect_timeout_s: float = 2.0,
         miss_load: Callable[[], float] | None = None,
+        supervisor: str | None = None,
     ):
         self.loader = loader
         self._miss_load = miss_load
@@ -104,13 +124,17 @@ class JobMaster:
         self._paused = False
         self._finished = False
         self._distributed: bool | None = None  # decided at the first batch boundary
+        self._exit_code = 0  # what the master saw of how the process ends
+        self._error: str | None = None
+        self._stop_at: float | None = None  # cancelled: the grace ends then
         self._reset_interval()
         self.channel: Channel | None = None
         if self.rank == 0 and endpoint and features is not None:
             register = Register(job=job, token=token, pid=self._pid, cpu_group=cpu_group(),
                                 features=features,
-                                workers=workers, requested=requested,
-                                world_size=self.world_size)
+                                workers=min(workers, 1024), requested=requested,
+                                world_size=self.world_size,
+                                supervisor=supervisor if supervisor in SUPERVISORS else None)
             self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
                                    connect_timeout_s=connect_timeout_s,
                                    on_silent=self._silent, on_refused=self._refused)
@@ -154,8 +178,30 @@ class JobMaster:
 
     # -- the channel thread's callbacks -------------------------------------------------
     def _receive(self, command) -> None:
-        if command.seq > self._applied_seq:
-            self._commands.put(command)
+        if command.seq <= self._applied_seq:
+            return
+        self._commands.put(command)
+        if isinstance(command, Stop) and self._stop_at is None:
+            self._stop_at = time.monotonic() + command.grace_s
+            watchdog = threading.Thread(target=self._end_after_grace, args=(command.grace_s,),
+                                        name="adloader-cancel", daemon=True)
+            watchdog.start()
+
+    def _end_after_grace(self, grace_s: float) -> None:
+        """A cancelled job that has not stopped by itself: SIGTERM, then SIGKILL."""
+        time.sleep(grace_s)
+        self._log(f"adloader: job {self.job!r} was cancelled and has not stopped; ending it")
+        os.kill(self._pid, signal.SIGTERM)
+        time.sleep(grace_s)
+        os.kill(self._pid, signal.SIGKILL)
+
+    def note_exception(self, kind: type, value: BaseException) -> None:
+        """What ends the process (from the except hook): Ctrl-C, or an uncaught error."""
+        if issubclass(kind, KeyboardInterrupt):
+            self._exit_code, self._error = -signal.SIGINT, "KeyboardInterrupt"
+        elif not issubclass(kind, SystemExit):
+            self._exit_code = 1
+            self._error = f"{kind.__name__}: {value}"[:1000]
 
     def _silent(self) -> None:
         self._log(f"adloader: no daemon at {self.endpoint}; running with {self._workers} workers")
@@ -229,6 +275,10 @@ class JobMaster:
     def _apply(self, command) -> None:
         if command.seq <= self._applied_seq:
             return  # stale: queued while we were away, or already applied
+        if isinstance(command, Stop):
+            self._applied_seq = command.seq
+            self._exit_code, self._error = CANCEL_EXIT_CODE, "cancelled"
+            raise JobCancelled(self.job)
         if isinstance(command, Pause):
             self._pause(command)
             return
@@ -302,7 +352,7 @@ class JobMaster:
         (what ``state()`` gave) for the script to load into its model and optimizer,
         or None when there is nothing to resume from.
         """
-        path = path or os.environ.get("ADLOADER_RESUME") or None
+        path = path or os.environ.get(names.RESUME) or None
         if path is None:
             return None
         payload = load_checkpoint(path, weights_only=weights_only)
@@ -321,92 +371,20 @@ class JobMaster:
         atexit.unregister(self._at_exit)
         if self.channel is not None:
             final = Finish(job=self.job, token=self._token, iterations=self._iteration,
-                           exit_code=exit_code)
+                           exit_code=max(min(exit_code, 2**31 - 1), -(2**31)),
+                           error=self._error)
             self.channel.stop(final if self.channel.allocated.is_set() else None)
 
     def _at_exit(self) -> None:
-        self.finish(0)
+        self.finish(self._exit_code)
 
     def __enter__(self) -> JobMaster:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.finish(0 if exc_type is None else 1)
-
-
-def _int_env(name: str) -> int | None:
-    raw = os.environ.get(name, "")
-    if raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise InputError(f"{name} must be a whole number >= 0, got {raw!r}")
-    return value
-
-
-def _features(model, features, batch_size, gpus, iterations, loader, world_size):
-    if features is not None:
-        return features
-    model = model or os.environ.get("ADLOADER_MODEL") or None
-    if model is None:
-        return None
-    from adloader.models import features as model_features
-
-    found = model_features(model)
-    batch = batch_size or getattr(loader, "batch_size", None)
-    if not batch:
-        raise InputError(f"attach: model {found.name!r}: give batch_size= (the loader has none)")
-    return JobFeatures(model=found.name, batch_size=int(batch), gpus=gpus or world_size,
-                       flops_g=found.flops_g, params_m=found.params_m, iterations=iterations)
-
-
-def attach(loader=None, *, model: str | None = None, features: JobFeatures | None = None,
-           batch_size: int | None = None, gpus: int | None = None,
-           iterations: int | None = None, requested: int | None = None,
-           endpoint: str | None = None, job: str | None = None, token: str | None = None,
-           checkpoint_dir: str | os.PathLike | None = None,
-           state: Callable[[], dict] | None = None, log: Callable[[str], None] = _stderr,
-           connect_timeout_s: float = 2.0,
-           miss_load: Callable[[], float] | None = None) -> JobMaster:
-    """Put ``loader`` under the node daemon; returns the job's master (already started).
-
-    endpoint/job/token default to ADLOADER_ENDPOINT/ADLOADER_JOB/ADLOADER_TOKEN (set by the
-    daemon's launcher), ADLOADER_WORKERS is the initial worker count, ADLOADER_MODEL a
-    fallback for ``model`` and ADLOADER_CHECKPOINT_DIR for ``checkpoint_dir``. ``model``
-    (a zoo name) gives the FLOPs and parameters of ``features``; ``gpus`` defaults to the
-    world size. ``state()`` returns the state dicts to checkpoint on Pause. In a multi-rank
-    job the daemon's workers are the job's; each rank runs its share, in proportion to
-    ``miss_load()`` (its predicted cache misses; default: its data wait per batch).
-    """
-    endpoint = endpoint or os.environ.get("ADLOADER_ENDPOINT") or None
-    job = job or os.environ.get("ADLOADER_JOB") or f"{socket.gethostname()}-{os.getpid()}"
-    token = token if token is not None else os.environ.get("ADLOADER_TOKEN", "")
-    checkpoint_dir = checkpoint_dir or os.environ.get("ADLOADER_CHECKPOINT_DIR") or None
-    built = getattr(loader, "num_workers", 0) or 0
-    workers = _int_env("ADLOADER_WORKERS")
-    if workers is not None and loader is not None and workers != built:
-        loader.resize(workers)
-    workers = built if workers is None else workers
-    rank, world_size = _rank_world()
-    feats = _features(model, features, batch_size, gpus, iterations, loader, world_size)
-    if endpoint and feats is None and rank == 0:
-        raise InputError(f"attach: job {job!r}: give model= or features= so the daemon "
-                         "can predict its throughput")
-    master = JobMaster(loader, job=job, token=token, endpoint=endpoint, features=feats,
-                       workers=workers, requested=built if requested is None else requested,
-                       checkpoint_dir=checkpoint_dir, state=state, log=log,
-                       connect_timeout_s=connect_timeout_s, miss_load=miss_load)
-    if loader is not None:
-        previous = getattr(loader, "on_batch", None)
-        if previous is None:
-            loader.on_batch = master.on_batch
-        else:
-            def chained(stats, _previous=previous, _master=master):
-                _previous(stats)
-                _master.on_batch(stats)
-
-            loader.on_batch = chained
-    return master
+        if exc_type is not None:
+            self.note_exception(exc_type, exc)
+            if issubclass(exc_type, SystemExit) and not isinstance(exc, JobCancelled):
+                code = exc.code
+                self._exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+        self.finish(self._exit_code)

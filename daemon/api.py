@@ -2,7 +2,10 @@
 
 Every route but ``/healthz`` (and the docs) needs ``Authorization: Bearer TOKEN``. Errors are
 ``{"detail": "one line"}``: 400/422 for a bad request (naming the field), 401 without the
-token, 404 for an unknown job, 503 when the node fails to serve — never a 500.
+token, 404 for an unknown job, 413 for a body over ``limits.MAX_BODY_BYTES``, 503 when the
+node fails to serve (its store cannot be written, say) — never a 500. A submit that must
+count an unknown model's FLOPs waits for that off the event loop and off the worker threads
+the other requests use.
 """
 
 # No ``from __future__ import annotations``: FastAPI must see the closures' Depends objects.
@@ -11,13 +14,16 @@ import logging
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+import anyio
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError, ResponseValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import TypeAdapter
 
 import adloader
-from adloader.errors import InputError
+from adloader import limits
+from adloader.errors import InputError, StorageError
 from adloader.jobspec import JobSpec, describe_error
 
 from .service import JobView, NodeService
@@ -28,6 +34,48 @@ T = TypeVar("T")
 DEFAULT_TAIL = 64 * 1024
 MAX_TAIL = 16 * 1024 * 1024
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+MAX_EVENT_ID = 2**63 - 1
+SUBMITS_AT_ONCE = 4  # submits in flight (each may count a model's FLOPs in a child)
+JobId = Annotated[str, Path(max_length=limits.MAX_JOB_ID)]
+_JOB_LIST = TypeAdapter(list[JobView])
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is refused with 413 before the
+    app reads it (by its Content-Length), or as soon as it has sent that much (chunked)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            return await self._refuse(send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send) -> None:
+        await JSONResponse({"detail": f"request body over {self.limit} bytes"},
+                           status_code=413)(self._scope, None, send)
 
 
 def request_error_message(error: dict) -> str:
@@ -69,6 +117,9 @@ def create_app(service: NodeService, token: str) -> FastAPI:
             raise
         except InputError as exc:
             raise HTTPException(400, str(exc)) from None
+        except StorageError as exc:
+            log.error("%s: %s", what, exc)
+            raise HTTPException(503, f"{what} failed: {exc}") from None
         except Exception:
             log.exception("%s failed", what)
             raise HTTPException(503, f"{what} failed inside the daemon (see its log)") from None
@@ -79,39 +130,42 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         return view
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+    submits = anyio.CapacityLimiter(SUBMITS_AT_ONCE)
 
     @v1.post("/jobs", status_code=201, response_model=JobView, tags=["jobs"])
-    def submit(spec: JobSpec) -> JobView:
+    async def submit(spec: JobSpec) -> JobView:
         """Submit a job: it waits in the arrival buffer, then runs with its allocation."""
-        return call("submit", service.submit, spec)
+        return await anyio.to_thread.run_sync(call, "submit", service.submit, spec,
+                                              limiter=submits)
 
     @v1.get("/jobs", response_model=list[JobView], tags=["jobs"])
-    def jobs() -> list[JobView]:
+    def jobs() -> Response:
         """Every job the daemon knows, in submit order."""
-        return call("listing jobs", service.jobs)
+        return Response(_JOB_LIST.dump_json(call("listing jobs", service.jobs)),
+                        media_type="application/json")
 
     @v1.get("/jobs/{job_id}", response_model=JobView, tags=["jobs"])
-    def job(job_id: str) -> JobView:
+    def job(job_id: JobId) -> JobView:
         return found(job_id, call("reading the job", service.job, job_id))
 
     @v1.delete("/jobs/{job_id}", response_model=JobView, tags=["jobs"])
-    def cancel(job_id: str) -> JobView:
+    def cancel(job_id: JobId) -> JobView:
         """Cancel a job: a queued one never starts, a running one is terminated."""
         return found(job_id, call("cancel", service.cancel, job_id))
 
     @v1.post("/jobs/{job_id}/pause", response_model=JobView, tags=["jobs"])
-    def pause(job_id: str, checkpoint: bool = False) -> JobView:
+    def pause(job_id: JobId, checkpoint: bool = False) -> JobView:
         """Suspend a running job at its next batch boundary (§III-C): its workers go to the
         others; with ``checkpoint`` it saves model, optimizer and loader state first."""
         return found(job_id, call("pause", service.pause, job_id, checkpoint))
 
     @v1.post("/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"])
-    def resume(job_id: str) -> JobView:
+    def resume(job_id: JobId) -> JobView:
         """Resume a paused job; the next decision gives it its share of the workers."""
         return found(job_id, call("resume", service.resume, job_id))
 
     @v1.get("/jobs/{job_id}/log", response_class=PlainTextResponse, tags=["jobs"])
-    def job_log(job_id: str,
+    def job_log(job_id: JobId,
                 tail: Annotated[int, Query(ge=0, le=MAX_TAIL)] = DEFAULT_TAIL) -> str:
         """The last ``tail`` bytes of the job's standard output and error."""
         return found(job_id, call("reading the log", service.log, job_id, tail))
@@ -122,7 +176,7 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         return call("allocations", service.allocations)
 
     @v1.get("/events", tags=["node"])
-    def events(since: Annotated[int, Query(ge=0)] = 0,
+    def events(since: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
                limit: Annotated[int, Query(ge=1, le=5000)] = 500) -> list[dict]:
         """Events with an id above ``since``, oldest first."""
         return call("events", service.events, since, limit)
@@ -138,6 +192,7 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         return call("fitting the model", service.fit_model)
 
     app.include_router(v1)
+    app.add_middleware(BodyLimit, limit=limits.MAX_BODY_BYTES)
 
     @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(authorize)],
              tags=["node"])  # fmt: skip

@@ -1,18 +1,21 @@
 """The daemon's end of the control channel (A-Dloader §III-C): one ZeroMQ ROUTER socket.
 
-Each job's application master connects a DEALER whose routing id is its job id. The ROUTER
-uses ``ROUTER_HANDOVER`` (a reconnecting job takes its id back) and ``ROUTER_MANDATORY``
-with non-blocking sends (a message to a gone or stuck peer fails at once instead of
-vanishing or blocking). Frames are decoded by ``adloader.protocol``; anything malformed
-comes back from ``poll`` as a ProtocolError entry, never as an exception. The broker does
-not authenticate: the scheduler checks each message's token with ``check_token``.
+Each job's application master connects a DEALER; the ROUTER gives every connection a
+routing id of its own (no ``ROUTER_HANDOVER``: a process that connects with a routing id
+already in use does not take the connection over). The broker does not authenticate: the
+scheduler checks each message's (job id, token) pair and sends a job's commands to the
+connection that last proved its token. ``ROUTER_MANDATORY`` with non-blocking sends makes a
+message to a gone or stuck peer fail at once instead of vanishing or blocking. Frames are
+decoded by ``adloader.protocol``; anything malformed comes back from ``poll`` as a
+ProtocolError entry, never as an exception. An ``ipc://`` socket file is 0600, or 0660 with
+``group`` (tenants of that group may connect; each still speaks only for its own jobs).
 Only one thread may use a Broker (ZeroMQ sockets are not thread-safe).
 """
 
 from __future__ import annotations
 
 import errno
-import hmac
+import grp
 import os
 from pathlib import Path
 
@@ -38,14 +41,6 @@ MAX_MESSAGE_BYTES = 4 * MAX_FRAME
 MAX_DRAIN = 10_000  # messages one poll() takes at most, so a flood cannot starve the caller
 
 
-def check_token(expected: str, message) -> bool:
-    """Whether ``message.token`` equals ``expected`` (constant-time comparison)."""
-    token = getattr(message, "token", None)
-    if not isinstance(token, str) or not isinstance(expected, str) or not expected:
-        return False
-    return hmac.compare_digest(token.encode(), expected.encode())
-
-
 def _ipc_path(endpoint: str) -> Path | None:
     """The socket file of an ``ipc://`` endpoint (None for the abstract namespace ``@``)."""
     rest = endpoint[len("ipc://"):]
@@ -54,10 +49,17 @@ def _ipc_path(endpoint: str) -> Path | None:
     return None if rest.startswith("@") else Path(rest)
 
 
+def _gid(group: str) -> int:
+    try:
+        return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise InputError(f"socket group {group!r}: no such group") from None
+
+
 class Broker:
     """A bound ROUTER socket: ``poll`` what jobs sent, ``send`` them commands."""
 
-    def __init__(self, endpoint: str):
+    def __init__(self, endpoint: str, group: str | None = None):
         if not isinstance(endpoint, str) or not endpoint.startswith(("ipc://", "tcp://")):
             raise InputError(f"control endpoint {endpoint!r}: must be ipc://PATH or tcp://HOST:PORT")
         path = _ipc_path(endpoint) if endpoint.startswith("ipc://") else None
@@ -71,7 +73,6 @@ class Broker:
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         try:
@@ -82,7 +83,9 @@ class Broker:
             raise InputError(f"control endpoint {endpoint!r}: cannot bind: {exc}") from None
         self._inode = None
         if path is not None:
-            os.chmod(path, 0o600)
+            if group:
+                os.chown(path, -1, _gid(group))
+            os.chmod(path, 0o660 if group else 0o600)
             self._inode = os.stat(path).st_ino
         self.path = path
         self.endpoint: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
 import secrets
+import signal
 import socket
-import uuid
+import threading
 from pathlib import Path
 
 from adloader.cli import env_default
 from adloader.config import DaemonConfig, validate
 from adloader.daemon.settings import load_config
-from adloader.errors import InputError
+from adloader.errors import DaemonBusy, InputError
 
 
 def ensure_token(path: Path) -> tuple[str, bool]:
@@ -43,11 +45,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _serve_socket(host: str, port: int) -> socket.socket:
+    """The REST socket, bound before anything else is touched (DaemonBusy if taken)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise DaemonBusy(f"cannot listen on {host}:{port}: {exc.strerror} (another daemon "
+                         "there? give --port)") from None
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
 def _daemon(args) -> int:
+    """The daemon: claim the state dir, bind REST, recover, serve until SIGTERM or SIGINT,
+    then stop accepting, flush the store, remove the control socket and exit 0. Running
+    jobs keep training and re-attach to the next daemon."""
     import uvicorn
 
     from adloader.daemon.api import create_app
     from adloader.daemon.node import Node
+    from adloader.daemon.state_lock import StateLock
 
     config = load_config(args.config)
     overrides = {k: v for k, v in vars(args).items()
@@ -56,38 +78,66 @@ def _daemon(args) -> int:
     if not is_loopback(config.host) and not config.token_path.exists():
         raise InputError(f"refusing to listen on {config.host} (not loopback) without a token "
                          f"provisioned beforehand in {config.token_path}")
-    token, _ = ensure_token(config.token_path)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    node = Node(config)
-    node.start()
-    print(f"adloader daemon: REST http://{config.host}:{config.port} (token in "
-          f"{config.token_path}), control {config.control_endpoint}, {node.capacity} workers, "
-          f"{node.gpus} GPUs, policy {config.policy}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(node, token), host=config.host,
-                                           port=config.port, log_level="warning"))
+    os.umask(0o077)  # the state dir's files: the daemon's user's alone
+    lock = StateLock(config.state_path)
+    lock.acquire(f"http://{config.host}:{config.port}", config.control_endpoint)
     try:
-        server.run()
+        rest = _serve_socket(config.host, config.port)
+        token, _ = ensure_token(config.token_path)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        node = Node(config)
+        try:
+            node.start()
+            port = rest.getsockname()[1]
+            print(f"adloader daemon: REST http://{config.host}:{port} (token in "
+                  f"{config.token_path}), control {config.control_endpoint}, "
+                  f"{node.capacity} workers, {node.gpus} GPUs, policy {config.policy}",
+                  flush=True)
+            server = _Server(uvicorn.Config(create_app(node, token), log_level="warning"))
+            server.run(sockets=[rest])
+        finally:
+            node.stop()
     finally:
-        node.stop()
+        lock.release()
+    print("adloader daemon: stopped; running jobs keep training", flush=True)
     return 0
 
 
-def _run(args) -> int:
-    """Start COMMAND as a job of the running daemon: it registers itself through attach()."""
-    import subprocess
+def _server_class():
+    import uvicorn
 
-    if not args.command:
-        raise InputError("adloader run: give the command after --")
+    class Server(uvicorn.Server):
+        """uvicorn, whose SIGTERM/SIGINT end a graceful shutdown and exit 0 (uvicorn itself
+        re-raises the signal afterwards, which ends the process with signal status)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = (signal.SIGINT, signal.SIGTERM)
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
+def _Server(config):  # noqa: N802 (a class made on demand: uvicorn is imported lazily)
+    return _server_class()(config)
+
+
+def _run(args) -> int:
+    """Start COMMAND as a job of the running daemon (``client.run``): it registers itself
+    through attach(), and ``run`` reports its exit status and exits with it."""
+    from adloader.client.run import run
+
     config = load_config(args.config)
-    env = dict(os.environ)
-    env.setdefault("ADLOADER_ENDPOINT", config.control_endpoint)
-    env.setdefault("ADLOADER_JOB", f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}")
-    env.setdefault("ADLOADER_TOKEN", secrets.token_hex(16))
-    command = args.command[1:] if args.command[0] == "--" else args.command
-    try:
-        return subprocess.call(command, env=env)
-    except OSError as exc:
-        raise InputError(f"adloader run: cannot start {command[0]!r}: {exc.strerror}") from None
+    command = args.command[1:] if args.command and args.command[0] == "--" else args.command
+    return run(command, config.control_endpoint)
 
 
 def register(sub) -> None:
@@ -105,6 +155,10 @@ def register(sub) -> None:
     p.add_argument("--completion-window", dest="completion_window_s", type=float, default=None)
     p.add_argument("--heartbeat", dest="heartbeat_s", type=float, default=None)
     p.add_argument("--profile", default=None, help="device profile for the prior TPM")
+    p.add_argument("--socket-group", dest="socket_group", default=None,
+                   help="group whose members' jobs may use the control socket")
+    p.add_argument("--cancel-grace", dest="cancel_grace_s", type=float, default=None,
+                   help="seconds a cancelled job has to stop before it is signalled")
     p.set_defaults(func=_daemon)
     p = sub.add_parser("run", help="run a training command as a job of the daemon")
     p.add_argument("--config", default=env_default("config"))

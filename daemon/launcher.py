@@ -1,10 +1,16 @@
 """Launcher: starts submitted jobs as processes with their allocation in the environment.
 
-Each job runs in its own process group (so a daemon restart or a Ctrl-C at the daemon's
-terminal does not take it down, and cancelling stops its workers too), as the daemon's user,
-with stdout and stderr in ``STATE_DIR/logs/<job>.log``. The environment carries what
-``adloader.client.attach`` reads: ADLOADER_ENDPOINT, ADLOADER_JOB, ADLOADER_TOKEN,
-ADLOADER_WORKERS and ADLOADER_GPU_IDS (plus CUDA_VISIBLE_DEVICES).
+Each job runs under a supervisor (``daemon.supervise``) in its own process group, as the
+daemon's user, with stdout and stderr in ``STATE_DIR/logs/<job>.log``. The supervisor
+records the job's exit status in ``STATE_DIR/jobs/<job>.exit`` whether or not the daemon
+is alive, so a restarted daemon reconciles every job it launched (as kubelet reconciles
+containers): finished, failed with its code or signal, or still running and re-attaching.
+A job is launched at most once: the node records the intent before ``start`` runs, and
+``start`` refuses a job that has a supervisor or an exit status already.
+
+The environment carries the job contract (``adloader.env``): ADLOADER_ENDPOINT, ADLOADER_JOB,
+ADLOADER_JOB_TOKEN (this job's token only), ADLOADER_WORKERS, ADLOADER_GPU_IDS and
+ADLOADER_SUPERVISOR (plus CUDA_VISIBLE_DEVICES); the REST token is never passed on.
 
 Not its own *session*: with the kernel's autogroup on (most distributions), every session is
 one scheduling group and CFS shares the CPU equally between groups, so each job would get
@@ -16,13 +22,24 @@ job's workers are its share — the premise of λ(d; D) = d/D · L(D).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from adloader import env as names
+
+SUPERVISOR = [sys.executable, "-m", "adloader.daemon.supervise"]
+TAIL_LINES = 20
+
+
+class LaunchError(RuntimeError):
+    """A job's process could not be started; the message says why."""
 
 
 @dataclass
@@ -31,79 +48,172 @@ class Launched:
     log_path: str
 
 
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a job's process ended: ``recorded`` by its supervisor, or only inferred."""
+
+    exit_code: int | None
+    signal: int | None
+    error: str | None = None
+    recorded: bool = True
+    group_alive: bool = False  # not recorded, and the job's process group still has members
+
+
 class Launcher:
-    def __init__(self, log_dir: Path, endpoint: str):
-        self.log_dir, self.endpoint = Path(log_dir), endpoint
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.children: dict[str, subprocess.Popen] = {}
+    def __init__(self, state_dir: Path, endpoint: str):
+        self.log_dir = Path(state_dir) / "logs"
+        self.status_dir = Path(state_dir) / "jobs"
+        self.endpoint = endpoint
+        for folder in (self.log_dir, self.status_dir):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.checkpoint_dir = Path(state_dir) / "checkpoints"
+        self.children: dict[str, subprocess.Popen] = {}  # launched by this daemon
+        self.adopted: dict[str, psutil.Process] = {}  # launched by an earlier one
+
+    def status_path(self, job_id: str) -> Path:
+        return self.status_dir / f"{job_id}.exit"
+
+    def log_path(self, job_id: str) -> Path:
+        return self.log_dir / f"{job_id}.log"
 
     def start(self, job_id: str, token: str, command: list[str], cwd: str | None,
               env: dict[str, str], workers: int, gpu_ids: tuple[int, ...]) -> Launched:
-        log_path = self.log_dir / f"{job_id}.log"
-        full_env = dict(os.environ)
+        """Start the job under its supervisor; LaunchError (with the reason) if it cannot."""
+        status = self.status_path(job_id)
+        if job_id in self.children or job_id in self.adopted or status.exists():
+            raise LaunchError(f"job {job_id} was launched already")
+        full_env = {k: v for k, v in os.environ.items()
+                    if k not in (names.API_TOKEN, *names.JOB_CONTRACT)}
         full_env.update(env)
         ids = ",".join(str(g) for g in gpu_ids)
         full_env.update({
-            "ADLOADER_ENDPOINT": self.endpoint,
-            "ADLOADER_JOB": job_id,
-            "ADLOADER_TOKEN": token,
-            "ADLOADER_WORKERS": str(workers),
-            "ADLOADER_GPU_IDS": ids,
+            names.ENDPOINT: self.endpoint,
+            names.JOB: job_id,
+            names.JOB_TOKEN: token,
+            names.WORKERS: str(workers),
+            names.GPU_IDS: ids,
+            names.SUPERVISOR: "launcher",
             "CUDA_VISIBLE_DEVICES": ids,
             "PYTHONUNBUFFERED": "1",
         })
-        full_env.setdefault("ADLOADER_CHECKPOINT_DIR", str(self.log_dir.parent / "checkpoints"))
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(command, cwd=cwd or None, env=full_env, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    process_group=0)
+        full_env.setdefault(names.CHECKPOINT_DIR, str(self.checkpoint_dir))
+        log_path = self.log_path(job_id)
+        try:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen([*SUPERVISOR, str(status), "--", *command],
+                                        cwd=cwd or None, env=full_env, stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        process_group=0, umask=0o022)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            raise LaunchError(f"cannot start job {job_id}: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from None
         self.children[job_id] = proc
         return Launched(proc.pid, str(log_path))
 
-    def reap(self) -> list[tuple[str, int]]:
-        """Children that exited since the last call, with their exit codes."""
+    def status(self, job_id: str) -> ExitStatus | None:
+        """The exit status the job's supervisor recorded, if it has ended."""
+        try:
+            data = json.loads(self.status_path(job_id).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        code, sig = data.get("exit_code"), data.get("signal")
+        return ExitStatus(code if isinstance(code, int) else None,
+                          sig if isinstance(sig, int) else None, data.get("error"))
+
+    def adopt(self, job_id: str, pid: int | None) -> bool:
+        """Watch a job an earlier daemon launched; False if its supervisor is gone."""
+        proc = self._supervisor(job_id, pid)
+        if proc is None:
+            return False
+        self.adopted[job_id] = proc
+        return True
+
+    def _supervisor(self, job_id: str, pid: int | None) -> psutil.Process | None:
+        """The live supervisor of ``job_id`` (at ``pid``, else searched for): a process whose
+        command line names the job's status file, so a reused pid is never mistaken."""
+        marker = str(self.status_path(job_id))
+        candidates = [pid] if pid else [p.pid for p in psutil.process_iter()]
+        for candidate in candidates:
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(candidate)
+                if marker in proc.cmdline() and proc.status() != psutil.STATUS_ZOMBIE:
+                    return proc
+        return None
+
+    def find(self, job_id: str) -> int | None:
+        """The pid of a job's supervisor that is running without a record of it."""
+        proc = self._supervisor(job_id, None)
+        return proc.pid if proc else None
+
+    def reap(self) -> list[tuple[str, ExitStatus]]:
+        """Jobs whose supervisor exited since the last call, with their exit status."""
         done = []
         for job_id, proc in list(self.children.items()):
             code = proc.poll()
-            if code is not None:
-                done.append((job_id, code))
-                del self.children[job_id]
+            if code is None:
+                continue
+            del self.children[job_id]
+            status = self.status(job_id)
+            if status is None:  # the supervisor itself was killed: all that is known
+                alive = group_alive(proc.pid)
+                status = (ExitStatus(None, -code, recorded=False, group_alive=alive) if code < 0
+                          else ExitStatus(code if code < 128 else None,
+                                          code - 128 if code > 128 else None, recorded=False,
+                                          group_alive=alive))
+            done.append((job_id, status))
+        for job_id, proc in list(self.adopted.items()):
+            try:
+                gone = proc.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            except psutil.Error:
+                gone = False
+            if gone:
+                del self.adopted[job_id]
+                done.append((job_id, self.status(job_id) or ExitStatus(
+                    None, None, recorded=False, group_alive=group_alive(proc.pid))))
         return done
 
-    @staticmethod
-    def alive(pid: int | None) -> bool:
-        """For jobs started by an earlier daemon (not our children): is the pid still there?"""
-        if not pid:
-            return False
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
-
-    def stop(self, job_id: str, pid: int | None, grace_s: float = 5.0) -> None:
-        """SIGTERM the job's process group, SIGKILL after the grace period."""
+    def signal(self, job_id: str, sig: int) -> bool:
+        """Send ``sig`` to a launched job's process group (only ever to a group this
+        daemon's launcher started); False if there is none."""
         proc = self.children.get(job_id)
-        pid = proc.pid if proc else pid
-        if not pid:
-            return
+        pid = proc.pid if proc is not None else None
+        if pid is None and job_id in self.adopted:
+            pid = self.adopted[job_id].pid
+        if pid is None:
+            return False
         try:
-            os.killpg(pid, signal.SIGTERM)
+            os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
-            return
+            return False
+        return True
+
+    def tail(self, job_id: str, lines: int = TAIL_LINES, max_bytes: int = 4096) -> str:
+        """The last lines of a job's output (kept with a failed job's final event)."""
         try:
-            if proc:
-                proc.wait(grace_s)
-            else:
-                psutil.Process(pid).wait(grace_s)
-        except (subprocess.TimeoutExpired, psutil.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        except psutil.Error:
-            pass
+            with open(self.log_path(job_id), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - max_bytes))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
 
     def stop_all(self) -> None:
         for job_id in list(self.children):
-            self.stop(job_id, None, grace_s=2.0)
+            self.signal(job_id, signal.SIGKILL)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a live process (not a zombie waiting to be reaped) is left in group ``pgid``."""
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+    return False
 
 
 def job_cpu_percent(pid: int | None) -> float:

@@ -1,9 +1,15 @@
 """The node daemon: the scheduler wired to the store, the broker, the launcher and the TPM.
 
 One control thread owns the ZeroMQ broker: it receives masters' messages, ticks the
-scheduler (buffers, lost jobs), reaps exited jobs and sends what the scheduler decided.
-REST threads call the NodeService methods; they share the scheduler and the store under
-one lock and leave messages in an outbox for the control thread.
+scheduler (buffers, lost jobs, cancels), reaps exited jobs and sends what the scheduler
+decided. REST threads call the NodeService methods (``daemon.service_impl``); they share
+the scheduler and the store under one lock and leave messages in an outbox for the control
+thread.
+
+Isolation: every message, every launch, every record write is its own unit of failure. A
+frame that raises costs that frame; a job that cannot be launched fails alone with the
+reason in its events; a write that fails (a full disk) leaves the job's record marked dirty
+and written again at the next tick — the scheduler's memory is the truth meanwhile.
 """
 
 from __future__ import annotations
@@ -11,32 +17,32 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import secrets
 import threading
 import time
-from pathlib import Path
 
-from adloader.client.cpu_group import cpu_group, separate_cpu_group
 from adloader.config import DaemonConfig
-from adloader.daemon.broker import Broker
-from adloader.daemon.launcher import Launcher, job_cpu_percent
-from adloader.daemon.scheduler import ACTIVE, Actions, LiveJob, Scheduler
-from adloader.daemon.service import JobView
-from adloader.daemon.store import FINAL_STATES, Store
-from adloader.errors import InputError
+from adloader.errors import InputError, StorageError
+from adloader.host.cpu_group import cpu_group
 from adloader.jobspec import JobSpec
-from adloader.models import features
 from adloader.protocol import ProtocolError
 from adloader.throughput import LoadingRateModel, ThroughputModel, TrainingRateModel
+
+from .broker import Broker
+from .launcher import ExitStatus, Launcher, LaunchError, group_alive
+from .model_features import FeatureCounter
+from .scheduler import ACTIVE, TERMINAL, Actions, LiveJob, Scheduler
+from .service_impl import NodeServiceMixin
+from .store import FINAL_STATES, Store
+from .tokens import TokenDigest, new_token
 
 log = logging.getLogger("adloader.daemon")
 REFIT_EVERY = 10  # new samples between online refits ...
 REFIT_INTERVAL_S = 20.0  # ... and at most one refit in this long
 SAMPLE_INTERVAL_S = 2.0  # one sample per job in this long (heartbeats come faster)
-FIT_WINDOW = 2000  # the newest samples of each kind a fit uses
-CPU_GROUP_NOTE = ("started in another session while the kernel's autogroup is on: the kernel "
-                  "shares the CPU per session, so its workers only partly set its loading "
-                  "rate; start it with `adloader submit` or from the daemon's session")
+FIT_WINDOW = 2000  # the newest samples of each kind a fit uses ...
+FIT_PER_JOB = 200  # ... of which one job gives at most this many
+STORE_CHECK_S = 2.0  # how often the daemon looks whether its state file is still there
+RECOVERY_GRACE_S = 5.0  # a recovered job's time to be heard again
 MIN_REAL = 6  # real samples of a kind before they replace the prior
 
 
@@ -51,12 +57,15 @@ def prior_model(profile_name: str, seed: int = 0) -> ThroughputModel:
     return ThroughputModel.fit(training, loading, seed)
 
 
-class Node:
+class Node(NodeServiceMixin):
     def __init__(self, config: DaemonConfig, model: ThroughputModel | None = None):
         self.config = config
         state = config.state_path
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.store = Store(state / "adloader.db")
+        state.chmod(0o700)
+        self.tokens = TokenDigest.load(state / "secret")
+        self.store = Store(state / "adloader.db", digest=self.tokens.digest)
+        self.features = FeatureCounter(state / "model-features.json")
         self.cpu_group = cpu_group()  # the daemon's; a job reporting another is flagged
         self.capacity = config.capacity or _cores()
         self.gpus = config.gpus or _cuda_devices() or 1
@@ -65,13 +74,15 @@ class Node:
         self.lock = threading.RLock()
         self.scheduler = Scheduler(
             capacity=self.capacity, gpus=self.gpus, policy=config.policy, model=self.prior,
-            arrival_window_s=config.arrival_window_s,
+            tokens=self.tokens, arrival_window_s=config.arrival_window_s,
             completion_window_s=config.completion_window_s, heartbeat_s=config.heartbeat_s,
             lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
-            clock=time.monotonic)
-        self.launcher = Launcher(state / "logs", config.control_endpoint)
+            cancel_grace_s=config.cancel_grace_s, clock=time.monotonic)
+        self.launcher = Launcher(state, config.control_endpoint)
         self.outbox: collections.deque = collections.deque()
         self.counters = collections.Counter()
+        self.dirty: set[str] = set()  # jobs whose record could not be written yet
+        self.store_note: str | None = None
         self.new_samples = 0
         self.last_refit = 0.0
         self.refitting = False
@@ -84,140 +95,256 @@ class Node:
 
     # -- lifecycle -------------------------------------------------------------------
     def _recover(self) -> None:
-        """Jobs a previous daemon left: running ones get a grace period to reconnect."""
-        grace = time.monotonic() + 5.0
+        """Reconcile what a previous daemon left: terminal jobs stay terminal; a launched
+        job whose supervisor recorded an exit gets its final state; a live one (or a job
+        started by hand) gets a grace period to be heard again."""
+        grace = time.monotonic() + RECOVERY_GRACE_S
+        ended: list[tuple[str, ExitStatus]] = []
         for rec in self.store.list_jobs():
-            if rec.state in FINAL_STATES:
+            if rec.state in TERMINAL:
+                self.scheduler.ended[rec.id] = rec.state
                 continue
-            job = self._live(rec.id, rec.spec, rec.token, rec.origin)
-            job.workers = rec.workers or 0
-            job.submitted = rec.submitted_at
-            if rec.state in ACTIVE:
-                job.state, job.last_seen, job.registered = "running", grace, True
+            job = self._live(rec.id, rec.spec, rec.token_digest, rec.origin)
+            job.workers, job.submitted = rec.workers or 0, rec.submitted_at
+            job.supervisor = rec.supervisor or ("launcher" if rec.origin == "rest" else None)
+            launched = rec.origin == "rest" and rec.started_at is not None
+            if rec.state in ACTIVE or rec.state == "lost":
+                job.state = "running" if rec.state in ACTIVE else "lost"
+                job.last_seen, job.registered = grace, True
                 job.gpu_ids = tuple(range(min(job.gpus, self.gpus)))
             self.scheduler.add(job)
-            self.store.add_event(rec.id, "recovered", {"state": rec.state})
+            if launched and rec.state not in ("queued", "buffered"):
+                status = self.launcher.status(rec.id)
+                if status is not None:
+                    ended.append((rec.id, status))
+                elif not self.launcher.adopt(rec.id, rec.pid or self.launcher.find(rec.id)):
+                    alive = bool(rec.pid) and group_alive(rec.pid)
+                    ended.append((rec.id, ExitStatus(None, None, recorded=False,
+                                                     group_alive=alive)))
+            self._record_event(rec.id, "recovered", {"state": rec.state})
+        for job_id, status in ended:
+            self._apply(self._exited(job_id, status))
 
     def start(self) -> None:
-        self.broker = Broker(self.config.control_endpoint)
+        self.broker = Broker(self.config.control_endpoint, self.config.socket_group or None)
         self._thread = threading.Thread(target=self._loop, name="adloader-control", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop serving: the control loop ends, the socket is removed, the store flushed and
+        closed. Running jobs keep training and re-attach to the next daemon."""
         self._stop.set()
         if self._thread:
             self._thread.join(5)
         broker = getattr(self, "broker", None)
         if broker:
             broker.close()
-        self.store.close()
+        with self.lock:
+            self._resync()
+            self.store.close()
 
     def _loop(self) -> None:
+        next_check = 0.0
         while not self._stop.is_set():
             try:
                 received = self.broker.poll(50)
-                with self.lock:
-                    for identity, msg in received:
-                        self._receive(identity, msg)
-                    self._apply(self.scheduler.tick())
-                    for job_id, code in self.launcher.reap():
-                        # killed by a signal: lost mid-step; a non-zero exit: failed
-                        state = "finished" if code == 0 else "lost" if code < 0 else "failed"
-                        self._apply(self.scheduler.finished(job_id, state, code))
-                        self.store.update_job(job_id, exit_code=code)
-                    sends = list(self.outbox)
-                    self.outbox.clear()
-                for job_id, msg in sends:
-                    if not self.broker.send(job_id.encode(), msg):
-                        self.counters["undelivered"] += 1
-            except Exception:  # the control loop must survive anything a job sends
-                log.exception("control loop")
+            except Exception:  # never: poll reports bad frames as entries
+                log.exception("control socket")
                 self.counters["loop_errors"] += 1
                 time.sleep(0.1)
+                continue
+            with self.lock:
+                for identity, msg in received:
+                    self._guarded("message", self._receive, identity, msg)
+                self._guarded("tick", lambda: self._apply(self.scheduler.tick()))
+                for job_id, status in self.launcher.reap():
+                    self._guarded("exit", lambda j=job_id, s=status: self._apply(
+                        self._exited(j, s)))
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + STORE_CHECK_S
+                    self._guarded("store check", self._check_store)
+                if self.dirty:
+                    self._resync()
+                sends = list(self.outbox)
+                self.outbox.clear()
+            for identity, msg in sends:
+                if identity is None or not self._guarded("send", self.broker.send, identity,
+                                                         msg):
+                    self.counters["undelivered"] += 1
+
+    def _guarded(self, what: str, fn, *args):
+        """Run one unit of work; a failure costs that unit only."""
+        try:
+            return fn(*args)
+        except StorageError as exc:
+            self.counters["storage_errors"] += 1
+            log.error("%s: %s", what, exc)
+        except Exception:
+            self.counters["loop_errors"] += 1
+            log.exception("%s failed", what)
+        return None
 
     def _receive(self, identity: bytes, msg) -> None:
         if isinstance(msg, ProtocolError):
             self.counters["dropped_frames"] += 1
             log.warning("dropped a frame from %r: %s", identity[:64], msg)
             return
-        try:
-            who = identity.decode()
-        except UnicodeDecodeError:
-            self.counters["dropped_frames"] += 1
-            return
-        actions = self.scheduler.message(who, msg)
-        if any(kind == "refused" for _, kind, _ in actions.events):
+        actions = self.scheduler.message(identity, msg)
+        if actions.reply:
             self.counters["refused_messages"] += 1
-            log.warning("refused %s from %r for job %r", msg.type, who, msg.job)
+            log.warning("refused %s for job %r: %s", msg.type, msg.job[:64],
+                        actions.reply[0][1].reason)
         self._apply(actions)
 
+    def _exited(self, job_id: str, status: ExitStatus) -> Actions:
+        """A launched job's supervisor ended: the job's final state from its exit status. A
+        supervisor killed on its own leaves a job that may still run: it is then watched
+        as one started by hand, by its heartbeats."""
+        job = self.scheduler.jobs.get(job_id)
+        if job is None:
+            return Actions()
+        if not status.recorded and status.group_alive and job.state in ACTIVE:
+            job.supervisor = None
+            return Actions(events=[(job_id, "unsupervised", {
+                "note": "its supervisor ended while the job still reports; its master's "
+                        "last word will be its final state"})])
+        failed = status.signal or (status.exit_code not in (0, None))
+        tail = status.error or (self.launcher.tail(job_id) if failed else None)
+        return self.scheduler.exited(job_id, status.exit_code, status.signal, tail)
+
     def _apply(self, actions: Actions) -> None:
-        now = time.time()
         for job in actions.launch:
-            rec = self.store.get_job(job.id)
-            spec = rec.spec
-            try:
-                started = self.launcher.start(job.id, job.token, spec.command, spec.cwd,
-                                              spec.env, job.workers, job.gpu_ids)
-            except OSError as exc:
-                self.store.add_event(job.id, "launch_failed", {"error": str(exc)})
-                self._apply(self.scheduler.finished(job.id, "failed"))
-                continue
-            self.store.update_job(job.id, pid=started.pid, log_path=started.log_path,
-                                  started_at=now)
-            self.store.add_event(job.id, "launched", {"pid": started.pid,
-                                                      "workers": job.workers,
-                                                      "gpu_ids": list(job.gpu_ids)})
+            self._guarded("launch", self._launch, job)
         for job in actions.changed:
-            if job.origin == "attached" and self.store.get_job(job.id) is None:
-                self._store_attached(job)
-            fields = {"state": job.state, "workers": job.workers}
-            if job.state in FINAL_STATES:
-                fields["finished_at"] = now
-                if job.exit_code is not None:
-                    fields["exit_code"] = job.exit_code
-            self.store.update_job(job.id, **fields)
+            self._persist(job)
         for job_id, kind, data in actions.events:
+            self._record_event(job_id, kind, data)
+            if kind == "attached":
+                self._flag_cpu_group(job_id, data.get("cpu_group"))
+        self._take_samples(actions.samples)
+        for job_id, sig in actions.kill:
+            if not self.launcher.signal(job_id, sig):
+                log.info("%s: no process group to signal", job_id)
+        for job_id, msg in actions.send:
+            job = self.scheduler.jobs.get(job_id)
+            self.outbox.append((job.peer if job else None, msg))
+        self.outbox.extend(actions.reply)
+        self._maybe_refit()
+
+    def _launch(self, job: LiveJob) -> None:
+        """At most once: the intent is on disk before the process starts, or it never does."""
+        rec = self.store.get_job(job.id)
+        token = new_token()  # made now, handed to this process only, kept as a digest
+        try:
+            self.store.update_job(job.id, state="running", workers=job.workers, pid=None,
+                                  started_at=time.time(), supervisor="launcher",
+                                  token_digest=self.tokens.digest(token))
+        except StorageError as exc:
+            self.counters["storage_errors"] += 1
+            log.error("%s: not launched, its launch could not be recorded: %s", job.id, exc)
+            self._apply(self.scheduler.unlaunched(job, str(exc)))
+            return
+        try:
+            job.token_digest, job.supervisor = self.tokens.digest(token), "launcher"
+            started = self.launcher.start(job.id, token, rec.spec.command,
+                                          rec.spec.cwd, rec.spec.env, job.workers, job.gpu_ids)
+        except LaunchError as exc:
+            self.counters["launch_failures"] += 1
+            self._apply(self.scheduler.exited(job.id, 127, None, str(exc)))
+            return
+        with contextlib.suppress(StorageError):  # found again by its supervisor's command
+            self.store.update_job(job.id, pid=started.pid, log_path=started.log_path)
+        self._record_event(job.id, "launched", {"pid": started.pid, "workers": job.workers,
+                                                "gpu_ids": list(job.gpu_ids)})
+
+    def _persist(self, job: LiveJob) -> None:
+        if job.origin == "attached" and self.store.get_job(job.id) is None:
+            self._guarded("record", self._store_attached, job)
+        fields = {"state": job.state, "workers": job.workers}
+        if job.state in FINAL_STATES:
+            fields.update(finished_at=time.time(), exit_code=job.exit_code, reason=job.reason)
+        try:
+            self.store.update_job(job.id, **fields)
+            self.dirty.discard(job.id)
+        except StorageError as exc:
+            self.counters["storage_errors"] += 1
+            if job.id not in self.dirty:
+                log.error("%s: record not written yet: %s", job.id, exc)
+            self.dirty.add(job.id)
+
+    def _resync(self) -> None:
+        for job_id in list(self.dirty):
+            job = self.scheduler.jobs.get(job_id)
+            if job is None:
+                self.dirty.discard(job_id)
+            else:
+                self._persist(job)
+
+    def _record_event(self, job_id: str | None, kind: str, data: dict) -> None:
+        try:
             self.store.add_event(job_id, kind, data)
-            if kind == "attached" and separate_cpu_group(data.get("cpu_group"), self.cpu_group):
-                self.store.add_event(job_id, "separate_cpu_group", {"note": CPU_GROUP_NOTE})
-                log.warning("%s: %s", job_id, CPU_GROUP_NOTE)
-        for job_id, sample in actions.samples:
-            key = f"{job_id}/{type(sample).__name__}"
-            if time.monotonic() - self.last_sample.get(key, -1e9) >= SAMPLE_INTERVAL_S:
-                self.last_sample[key] = time.monotonic()
-                self.store.add_sample(job_id, sample)
-                self.new_samples += 1
-        if (self.new_samples >= REFIT_EVERY and not self.refitting
-                and time.monotonic() - self.last_refit >= REFIT_INTERVAL_S):
-            self.new_samples, self.refitting = 0, True
-            self.last_refit = time.monotonic()
-            threading.Thread(target=self._refit_quietly, daemon=True).start()
-        self.outbox.extend(actions.send)
+        except StorageError as exc:
+            self.counters["storage_errors"] += 1
+            log.error("event %s of %s not recorded: %s", kind, job_id, exc)
+
+    def _check_store(self) -> None:
+        note = self.store.restore_if_gone()
+        if note:
+            self.store_note = note
+            log.error("%s", note)
+            self._record_event(None, "store_restored", {"note": note})
+            self.dirty.update(self.scheduler.jobs)
 
     def _store_attached(self, job: LiveJob) -> None:
         """A job started by hand gets a record like a submitted one (its own id)."""
         import re
 
-        from adloader.jobspec import JobSpec
-
         name = re.sub(r"[^A-Za-z0-9._-]", "-", job.id)[:64] or "attached"
         spec = JobSpec(name=name, command=["(started by hand)"], batch_size=job.batch_size,
                        gpus=job.gpus, iterations=job.iterations,
                        features={"flops_g": job.flops_g, "params_m": job.params_m})
-        self.store.add_job(spec, job.token, origin="attached", state="running",
-                           job_id=job.id)
+        self.store.add_job(spec, job.token_digest, origin="attached", state="running",
+                           job_id=job.id, supervisor=job.supervisor)
+
+    def _flag_cpu_group(self, job_id: str, group: str | None) -> None:
+        from adloader.host.cpu_group import separate_cpu_group
+
+        if separate_cpu_group(group, self.cpu_group):
+            self._record_event(job_id, "separate_cpu_group", {"note": CPU_GROUP_NOTE})
+            log.warning("%s: %s", job_id, CPU_GROUP_NOTE)
 
     # -- the online model ------------------------------------------------------------
+    def _take_samples(self, samples) -> None:
+        keep = []
+        for job_id, sample in samples:
+            key = f"{job_id}/{type(sample).__name__}"
+            if time.monotonic() - self.last_sample.get(key, -1e9) >= SAMPLE_INTERVAL_S:
+                self.last_sample[key] = time.monotonic()
+                keep.append((job_id, sample))
+        if keep and self._guarded("samples", self.store.add_job_samples, keep) is not None:
+            self.new_samples += len(keep)
+
+    def _maybe_refit(self) -> None:
+        if (self.new_samples >= REFIT_EVERY and not self.refitting
+                and time.monotonic() - self.last_refit >= REFIT_INTERVAL_S):
+            self.new_samples, self.refitting = 0, True
+            self.last_refit = time.monotonic()
+            threading.Thread(target=self._refit_quietly, daemon=True).start()
+
     def _refit_quietly(self) -> None:
-        with contextlib.suppress(InputError):
+        try:
             self.fit_model(quiet=True)
+        except (InputError, StorageError, ValueError) as exc:
+            log.warning("online refit skipped: %s", exc)
+        finally:
+            self.refitting = False
 
     def fit_model(self, quiet: bool = False) -> dict:
-        """Refit from the node's own samples; each part keeps the prior until it has some."""
+        """Refit from the node's own samples (each job's newest ``FIT_PER_JOB`` at most);
+        each part keeps the prior until it has enough."""
         with self._refit_lock:
             with self.lock:
-                training, loading = self.store.samples()
+                training, loading = self.store.samples(per_job=FIT_PER_JOB)
             training, loading = training[-FIT_WINDOW:], loading[-FIT_WINDOW:]
             if not quiet and len(training) < MIN_REAL and len(loading) < MIN_REAL:
                 raise InputError(f"too few samples to refit: {len(training)} training, "
@@ -231,153 +358,44 @@ class Node:
             with self.lock:
                 self.scheduler.set_model(model)
                 self.model_source = "online"
-                self.store.save_model(model.to_json())
-                self.store.add_event(None, "model_fit", {"training": len(training),
-                                                         "loading": len(loading)})
+                with contextlib.suppress(StorageError):
+                    self.store.save_model(model.to_json())
+                self._record_event(None, "model_fit", {"training": len(training),
+                                                       "loading": len(loading)})
             return self.model()
 
-    # -- NodeService -------------------------------------------------------------------
-    def _live(self, job_id: str, spec: JobSpec, token: str, origin: str) -> LiveJob:
+    def _live(self, job_id: str, spec: JobSpec, token_digest: str, origin: str) -> LiveJob:
         if spec.features is not None:
             flops_g, params_m = spec.features.flops_g, spec.features.params_m
         else:
-            feat = features(spec.model)
+            feat = self.features.features(spec.model)
             flops_g, params_m = feat.flops_g, feat.params_m
-        return LiveJob(job_id, token, spec.batch_size, spec.gpus, flops_g, params_m,
+        return LiveJob(job_id, token_digest, spec.batch_size, spec.gpus, flops_g, params_m,
                        spec.iterations, spec.workers, origin, submitted=time.time())
 
-    def submit(self, spec: JobSpec) -> JobView:
-        if spec.gpus > self.gpus:
-            raise InputError(f"field 'gpus': {spec.gpus} but the node has {self.gpus}")
-        token = secrets.token_hex(16)
-        with self.lock:
-            job_id = self.store.add_job(spec, token, origin="rest", state="buffered")
-            self._apply(self.scheduler.add(self._live(job_id, spec, token, "rest")))
-            return self.job(job_id)
 
-    def _view(self, rec) -> JobView:
-        live = self.scheduler.jobs.get(rec.id)
-        running = live is not None and live.state in ACTIVE
-        return JobView.from_record(rec, throughput=live.throughput if running else None,
-                                   iteration=live.iteration if live else None)
-
-    def jobs(self) -> list[JobView]:
-        with self.lock:
-            return [self._view(r) for r in self.store.list_jobs()]
-
-    def job(self, job_id: str) -> JobView | None:
-        with self.lock:
-            rec = self.store.get_job(job_id)
-            return self._view(rec) if rec else None
-
-    def cancel(self, job_id: str) -> JobView | None:
-        with self.lock:
-            rec = self.store.get_job(job_id)
-            if rec is None:
-                return None
-            if rec.state in FINAL_STATES:
-                return self._view(rec)
-            live = self.scheduler.jobs.get(job_id)
-            running = live is not None and live.state in ACTIVE
-        if running:
-            self.launcher.stop(job_id, rec.pid)
-        with self.lock:
-            self._apply(self.scheduler.finished(job_id, "cancelled"))
-            return self._view(self.store.get_job(job_id))
-
-    def pause(self, job_id: str, checkpoint: bool) -> JobView | None:
-        with self.lock:
-            if self.store.get_job(job_id) is None:
-                return None
-            self._apply(self.scheduler.pause(job_id, checkpoint))
-            return self.job(job_id)
-
-    def resume(self, job_id: str) -> JobView | None:
-        with self.lock:
-            if self.store.get_job(job_id) is None:
-                return None
-            self._apply(self.scheduler.resume(job_id))
-            return self.job(job_id)
-
-    def allocations(self) -> dict:
-        with self.lock:
-            jobs = {j.id: j.workers for j in self.scheduler.jobs.values() if j.state in ACTIVE}
-            return {"policy": self.config.policy, "capacity": self.capacity, "gpus": self.gpus,
-                    "jobs": jobs, "node_workers": sum(jobs.values())}
-
-    def events(self, since: int, limit: int) -> list[dict]:
-        with self.lock:
-            return self.store.events(since, limit)
-
-    def model(self) -> dict:
-        with self.lock:
-            m = self.scheduler.model
-            training, loading = self.store.samples()
-        st = m.loading.stages
-        return {
-            "source": self.model_source,
-            "samples": {"training": len(training), "loading": len(loading)},
-            "training": {"regressor": m.training.regressor, "r2": m.training.scores},
-            "loading": {"regressor": m.loading.regressor, "r2": m.loading.scores,
-                        "contention_from": st.contention_from, "saturation_at": st.saturation_at,
-                        "slopes": list(st.slopes)},
-        }
-
-    def health(self) -> dict:
-        return {"status": "ok", "uptime_s": round(time.time() - self.started, 1),
-                "capacity": self.capacity, "gpus": self.gpus}
-
-    def log(self, job_id: str, tail_bytes: int) -> str | None:
-        rec = self.store.get_job(job_id)
-        if rec is None:
-            return None
-        if not rec.log_path or not Path(rec.log_path).exists():
-            return ""
-        with open(rec.log_path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - tail_bytes))
-            return fh.read().decode("utf-8", "replace")
-
-    def metrics(self) -> str:
-        with self.lock:
-            jobs = list(self.scheduler.jobs.values())
-            recs = {r.id: r for r in self.store.list_jobs()}
-            counters = dict(self.counters)
-        lines = [
-            "# TYPE adloader_capacity_workers gauge",
-            f"adloader_capacity_workers {self.capacity}",
-            "# TYPE adloader_node_workers gauge",
-            f"adloader_node_workers {sum(j.workers for j in jobs if j.state in ACTIVE)}",
-            "# TYPE adloader_jobs gauge",
-        ]
-        states = collections.Counter(r.state for r in recs.values())
-        lines += [f'adloader_jobs{{state="{s}"}} {n}' for s, n in sorted(states.items())]
-        lines += ["# TYPE adloader_job_workers gauge", "# TYPE adloader_job_samples_per_second "
-                  "gauge", "# TYPE adloader_job_cpu_percent gauge"]
-        for j in jobs:
-            if j.state in ACTIVE:
-                pid = recs[j.id].pid if j.id in recs else None
-                lines.append(f'adloader_job_workers{{job="{j.id}"}} {j.workers}')
-                lines.append(f'adloader_job_samples_per_second{{job="{j.id}"}} {j.throughput:.3f}')
-                lines.append(f'adloader_job_cpu_percent{{job="{j.id}"}} '
-                             f"{job_cpu_percent(pid):.1f}")
-        for name in ("dropped_frames", "refused_messages", "undelivered", "loop_errors"):
-            lines += [f"# TYPE adloader_{name}_total counter",
-                      f"adloader_{name}_total {counters.get(name, 0)}"]
-        return "\n".join(lines) + "\n"
+CPU_GROUP_NOTE = ("started in another session while the kernel's autogroup is on: the kernel "
+                  "shares the CPU per session, so its workers only partly set its loading "
+                  "rate; start it with `adloader submit` or from the daemon's session")
 
 
 def _cores() -> int:
-    import os
+    from adloader.host.cores import node_cores
 
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return node_cores()
 
 
 def _cuda_devices() -> int:
-    try:
-        import torch
+    """CUDA devices, counted without importing torch (the daemon never does)."""
+    import shutil
+    import subprocess
 
-        return torch.cuda.device_count()
-    except Exception:
+    if not shutil.which("nvidia-smi"):
         return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+

@@ -23,7 +23,8 @@ class JobView(BaseModel):
     state: str
     workers: int | None = None
     pid: int | None = None
-    exit_code: int | None = None
+    exit_code: int | None = None  # negative: killed by that signal
+    reason: str | None = None  # how it ended ("exit code 3", "killed by SIGKILL", ...)
     submitted_at: float
     started_at: float | None = None
     finished_at: float | None = None
@@ -35,9 +36,9 @@ class JobView(BaseModel):
     def from_record(cls, record: Any, throughput: float | None = None,
                     iteration: int | None = None) -> JobView:
         """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes)."""
-        fields = ("id", "name", "state", "workers", "pid", "exit_code", "submitted_at",
-                  "started_at", "finished_at", "spec")  # fmt: skip
-        return cls(**{f: getattr(record, f) for f in fields}, throughput=throughput,
+        fields = ("id", "name", "state", "workers", "pid", "exit_code", "reason",
+                  "submitted_at", "started_at", "finished_at", "spec")  # fmt: skip
+        return cls(**{f: getattr(record, f, None) for f in fields}, throughput=throughput,
                    iteration=iteration)  # fmt: skip
 
 
@@ -53,7 +54,7 @@ class NodeService(Protocol):
     def job(self, job_id: str) -> JobView | None: ...
 
     def cancel(self, job_id: str) -> JobView | None:
-        """Stop a job (terminate it if running); its view afterwards."""
+        """Cancel a job (a running one is asked to stop, then signalled); its view."""
         ...
 
     def pause(self, job_id: str, checkpoint: bool) -> JobView | None:

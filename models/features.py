@@ -4,24 +4,24 @@ FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` (2 FLOPs per multip
 with a registered formula only: convs and the Linear; BN, ReLU and pooling count 0), on the
 ``meta`` device so no memory is touched. The table for 224x224 inputs ships as
 ``features.json``; other names and sizes are measured on first use and kept in memory.
+Reading the table needs no torch; measuring imports it. ``main([NAME])`` prints one
+measurement as JSON (the daemon measures that way, in a process of its own).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
-import torch
-from torch.utils.flop_counter import FlopCounterMode
-
 from adloader.errors import InputError
 
-from .zoo import PAPER_MODELS, build, parse
+from .names import PAPER_MODELS, parse
 
 TABLE = "features.json"
 DEFAULT_IMAGE_SIZE = 224
@@ -49,6 +49,11 @@ class ModelFeatures:
 
 
 def _count(name: str, image_size: int, device: str) -> tuple[float, int]:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .zoo import build
+
     with torch.device(device):
         model = build(name).eval()
         x = torch.empty(1, 3, image_size, image_size)
@@ -125,3 +130,36 @@ def regenerate(path: str | os.PathLike | None = None) -> Path:
     if target.resolve() == default_path().resolve():
         _table.cache_clear()
     return target
+
+
+def lookup(name: str, image_size: int = DEFAULT_IMAGE_SIZE) -> ModelFeatures | None:
+    """A model's features if known without measuring (the table, or measured before)."""
+    key = (parse(name).name, image_size)
+    return _table().get(key) or _measured.get(key)
+
+
+def measured() -> list[ModelFeatures]:
+    """What was measured in this process (or remembered), beyond the shipped table."""
+    return list(_measured.values())
+
+
+def remember(found: ModelFeatures) -> None:
+    """Keep a measurement made elsewhere (another process) for later lookups."""
+    _measured[(found.name, found.image_size)] = found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``NAME [IMAGE_SIZE]``: print one measurement as JSON (for ``MEASURE_COMMAND``)."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        size = int(args[1]) if len(args) > 1 else DEFAULT_IMAGE_SIZE
+        found = features(args[0], size)
+    except (InputError, ValueError, IndexError) as exc:
+        print(json.dumps({"error": str(exc) or "usage: NAME [IMAGE_SIZE]"}))
+        return 2
+    print(json.dumps(asdict(found)))
+    return 0
+
+
+MEASURE_COMMAND = [sys.executable, "-c", "import sys; from adloader.models.features import main; "
+                   "sys.exit(main(sys.argv[1:]))"]

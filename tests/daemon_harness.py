@@ -34,13 +34,28 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
 
 class Daemon:
     def __init__(self, state_dir: Path, capacity: int = 4, gpus: int = 2, window: float = 0.3,
-                 heartbeat: float = 0.25, port: int | None = None):
+                 heartbeat: float = 0.25, port: int | None = None, extra: tuple = (),
+                 wrap: tuple = ()):
         self.state_dir, self.port = Path(state_dir), port or free_port()
-        self.args = [sys.executable, "-m", "adloader.cli", "daemon", "--state-dir",
+        self.args = [*wrap, sys.executable, "-m", "adloader.cli", "daemon", "--state-dir",
                      str(state_dir), "--port", str(self.port), "--capacity", str(capacity),
                      "--gpus", str(gpus), "--arrival-window", str(window),
-                     "--completion-window", str(window), "--heartbeat", str(heartbeat)]
+                     "--completion-window", str(window), "--heartbeat", str(heartbeat),
+                     *extra]
         self.proc: subprocess.Popen | None = None
+
+    def path(self, name: str) -> Path:
+        """A file of the state dir as the daemon sees it (through /proc/PID/root when the
+        daemon runs in a mount namespace of its own)."""
+        return Path(f"/proc/{self.proc.pid}/root{self.state_dir}") / name
+
+    @property
+    def endpoint(self) -> str:
+        return f"ipc://{self.state_dir / 'control.sock'}"
+
+    @property
+    def log(self) -> str:
+        return self.state_dir.with_suffix(".daemon.log").read_text(errors="replace")
 
     @property
     def url(self) -> str:
@@ -51,7 +66,7 @@ class Daemon:
         env = dict(os.environ, ADLOADER_GPU_LOCK_DIR=str(self.state_dir.parent))
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env)
         wait_for(self._healthy, 60, "the daemon to answer /healthz")
-        self.token = (self.state_dir / "token").read_text().strip()
+        self.token = self.path("token").read_text().strip()
         self.http = httpx.Client(base_url=self.url,
                                  headers={"Authorization": f"Bearer {self.token}"}, timeout=10)
         return self
@@ -69,20 +84,27 @@ class Daemon:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
-    def stop(self) -> None:
+    def stop(self) -> int | None:
+        """SIGTERM (a graceful stop), SIGKILL if it takes over 10 s; the exit status."""
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+        return self.proc.returncode if self.proc else None
+
+    def train_command(self, model: str = "smResnet20", batch: int = 8, iterations: int = 30,
+                      step_scale: float = 1.0) -> list[str]:
+        return [sys.executable, "-m", "adloader.workloads.train", "--model", model,
+                "--batch-size", str(batch), "--iterations", str(iterations), "--images", "16",
+                "--crop", "32", "--step-scale", str(step_scale),
+                "--data", str(self.state_dir.parent / "jpeg")]
 
     def submit(self, name: str, model: str = "smResnet20", batch: int = 8,
-               iterations: int = 30, workers: int | None = None, step_scale: float = 1.0):
-        command = [sys.executable, "-m", "adloader.workloads.train", "--model", model,
-                   "--batch-size", str(batch), "--iterations", str(iterations), "--images", "16",
-                   "--crop", "32", "--step-scale", str(step_scale),
-                   "--data", str(self.state_dir.parent / "jpeg")]
+               iterations: int = 30, workers: int | None = None, step_scale: float = 1.0,
+               command: list[str] | None = None):
+        command = command or self.train_command(model, batch, iterations, step_scale)
         body = {"name": name, "command": command, "model": model, "batch_size": batch,
                 "iterations": iterations}
         if workers is not None:
@@ -90,6 +112,9 @@ class Daemon:
         r = self.http.post("/v1/jobs", json=body)
         assert r.status_code == 201, r.text
         return r.json()["id"]
+
+    def state(self, job_id: str) -> str:
+        return self.job(job_id)["state"]
 
     def job(self, job_id: str) -> dict:
         return self.http.get(f"/v1/jobs/{job_id}").json()
@@ -107,7 +132,7 @@ class Daemon:
 
 
 REPORT_GROUP = [sys.executable, "-c",
-                "from adloader.client.cpu_group import cpu_group; print(cpu_group(), flush=True)"]
+                "from adloader.host.cpu_group import cpu_group; print(cpu_group(), flush=True)"]
 
 
 def group_of_a_new_session() -> str | None:
@@ -120,6 +145,88 @@ def group_of_a_new_session() -> str | None:
 @functools.cache
 def sessions_split_cpu() -> bool:
     """Does the kernel here give a new session its own CPU share (autogroup in effect)?"""
-    from adloader.client.cpu_group import cpu_group
+    from adloader.host.cpu_group import cpu_group
 
     return cpu_group() is not None and group_of_a_new_session() != cpu_group()
+
+
+class RawMaster:
+    """A hand-made master on a raw DEALER socket: it sends exactly what a test tells it, as a
+    careless or hostile tenant's process would."""
+
+    def __init__(self, endpoint: str, identity: bytes | None = None):
+        import zmq
+
+        self._zmq = zmq
+        self.context = zmq.Context()
+        self.sock = self.context.socket(zmq.DEALER)
+        if identity:
+            self.sock.setsockopt(zmq.ROUTING_ID, identity)
+        self.sock.setsockopt(zmq.LINGER, 1000)
+        self.sock.connect(endpoint)
+
+    def send(self, message) -> None:
+        from adloader.protocol import encode
+
+        self.sock.send(message if isinstance(message, bytes) else encode(message))
+
+    def received(self, timeout_s: float = 0.5) -> list:
+        """Everything that arrives within ``timeout_s`` (decoded commands)."""
+        from adloader.protocol import decode_to_job
+
+        out, deadline = [], time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            if self.sock.poll(int(left * 1000) + 1):
+                out.append(decode_to_job(self.sock.recv()))
+        return out
+
+    def register(self, job: str, token: str, workers: int = 1, iterations: int = 10**6,
+                 **extra) -> None:
+        from adloader.protocol import JobFeatures, Register
+
+        feats = JobFeatures(model="smResnet20", batch_size=8, flops_g=0.3, params_m=0.9,
+                            iterations=iterations)
+        self.send(Register(job=job, token=token, features=feats, workers=workers, **extra))
+
+    def beat(self, job: str, token: str, iteration: int, **fields) -> None:
+        from adloader.protocol import Heartbeat
+
+        values = {"step_s": 0.05, "data_wait_s": 0.001, "samples_per_s": 160.0, "workers": 1}
+        values.update(fields)
+        self.send(Heartbeat(job=job, token=token, iteration=iteration, **values))
+
+    def close(self) -> None:
+        self.sock.close()
+        self.context.term()
+
+    def __enter__(self) -> RawMaster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def script(tmp_path: Path, name: str, body: str) -> list[str]:
+    """A Python job script written to ``tmp_path/name``; returns the command that runs it."""
+    path = Path(tmp_path) / name
+    path.write_text(body)
+    return [sys.executable, str(path)]
+
+
+ATTACHED_LOOP = """
+import os, sys, time
+from adloader.client import attach
+from adloader.client.loader import ElasticDataLoader
+loader = ElasticDataLoader(list(range(100000)), batch_size=4, num_workers=0)
+job = attach(loader, model="smResnet20", batch_size=4, iterations=100000)
+print("attached", flush=True)
+for i, batch in enumerate(loader):
+    time.sleep(0.02)
+    {body}
+"""
+
+
+def attached_script(tmp_path: Path, name: str, body: str = "pass") -> list[str]:
+    """A job that attaches and iterates a plain loader; ``body`` runs at every batch (with
+    ``i``, the batch index): e.g. ``if i == 20: raise ValueError('boom')``."""
+    return script(tmp_path, name, ATTACHED_LOOP.replace("{body}", body))

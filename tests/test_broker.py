@@ -1,4 +1,5 @@
-"""The daemon's ROUTER broker over real sockets: round trip, bad frames, gone peers, handover."""
+"""The daemon's ROUTER broker over real sockets: round trip, bad frames, gone peers, and
+no takeover of a connection by its routing id."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import pytest
 import zmq
 
-from adloader.daemon.broker import MAX_MESSAGE_BYTES, Broker, check_token
+from adloader.daemon.broker import MAX_MESSAGE_BYTES, Broker
 from adloader.errors import InputError
 from adloader.protocol import (
     MAX_FRAME,
@@ -42,7 +43,8 @@ def ctx():
 
 def dealer(ctx, endpoint, job=b"j1"):
     s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.ROUTING_ID, job)
+    if job:
+        s.setsockopt(zmq.ROUTING_ID, job)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.RCVTIMEO, 2000)
     s.connect(endpoint)
@@ -109,23 +111,33 @@ def test_send_to_unknown_or_gone_peer_returns_false_without_blocking(broker, ctx
     assert sent is False
 
 
-def test_reconnecting_dealer_with_same_id_is_reachable_again(broker, ctx):
+def test_a_second_connection_with_a_routing_id_in_use_takes_nothing_over(broker, ctx):
     first = dealer(ctx, broker.endpoint)
     first.send(encode(beat(iteration=1)))
-    assert poll_until(broker, 1)
-    second = dealer(ctx, broker.endpoint)  # the job restarted; the old pipe is still open
-    second.send(encode(beat(iteration=2)))
-    [(ident, msg)] = poll_until(broker, 1)
-    assert ident == b"j1" and msg.iteration == 2
+    [(ident, _)] = poll_until(broker, 1)
+    assert ident == b"j1"
+    thief = dealer(ctx, broker.endpoint)  # the same routing id, from another process
+    thief.send(encode(beat(iteration=2)))
+    assert poll_until(broker, 1, deadline_s=0.5) == []  # the broker never hears it
     assert broker.send(b"j1", Resize(seq=5, workers=3))
-    assert decode_to_job(second.recv()).seq == 5
+    assert decode_to_job(first.recv()).seq == 5  # the command went to the first connection
+    thief.setsockopt(zmq.RCVTIMEO, 300)
+    with pytest.raises(zmq.Again):
+        thief.recv()
     first.close(linger=0)
-    second.close(linger=0)
-    third = dealer(ctx, broker.endpoint)  # and after a clean reconnect
-    third.send(encode(beat(iteration=3)))
-    assert poll_until(broker, 1)[0][1].iteration == 3
-    assert broker.send(b"j1", Resize(seq=6, workers=2))
-    assert decode_to_job(third.recv()).seq == 6
+    thief.close(linger=0)
+
+
+def test_connections_without_a_routing_id_get_one_of_their_own(broker, ctx):
+    a, b = dealer(ctx, broker.endpoint, job=b""), dealer(ctx, broker.endpoint, job=b"")
+    a.send(encode(beat(job="ja")))
+    b.send(encode(beat(job="jb")))
+    got = dict((msg.job, ident) for ident, msg in poll_until(broker, 2))
+    assert set(got) == {"ja", "jb"} and got["ja"] != got["jb"]
+    assert broker.send(got["jb"], Resize(seq=1, workers=1))
+    assert decode_to_job(b.recv()).seq == 1
+    a.close(linger=0)
+    b.close(linger=0)
 
 
 def test_tcp_endpoint_close_and_bad_endpoints(tmp_path):
@@ -145,10 +157,3 @@ def test_tcp_endpoint_close_and_bad_endpoints(tmp_path):
         other.close()
         assert first.poll(0) == []
     assert not (tmp_path / "a.sock").exists()
-
-
-def test_check_token():
-    assert check_token("secret", beat(token="secret"))
-    assert not check_token("secret", beat(token="secreT"))
-    assert not check_token("", beat(token=""))
-    assert not check_token("secret", Resize(seq=1, workers=1))

@@ -62,15 +62,17 @@ def test_workers_move_when_a_job_arrives_and_when_it_finishes(daemon):
     wait_for(lambda: daemon.job(first)["iteration"] > before + 5, 30, "training to go on")
 
 
-def test_sigkilled_job_is_lost_and_its_workers_reclaimed(daemon):
+def test_sigkilled_job_fails_with_its_signal_and_its_workers_are_reclaimed(daemon):
     victim = daemon.submit("victim", iterations=100000, step_scale=2.0)
     other = daemon.submit("other", iterations=100000, step_scale=2.0)
     wait_for(lambda: all((daemon.job(j)["iteration"] or 0) > 3 for j in (victim, other)), 120,
              "both jobs to train")
     assert daemon.job(other)["workers"] < 4
     os.killpg(daemon.job(victim)["pid"], signal.SIGKILL)
-    # two heartbeat intervals (0.25 s) plus one second of grace, then an immediate replan
-    wait_for(lambda: daemon.job(victim)["state"] == "lost", 5, "the killed job to be lost")
+    # known at once (its supervisor died with it), then an immediate replan
+    wait_for(lambda: daemon.job(victim)["state"] == "failed", 5, "the killed job to fail")
+    assert daemon.job(victim)["exit_code"] == -signal.SIGKILL
+    assert daemon.job(victim)["reason"] == "killed by SIGKILL"
     wait_for(lambda: daemon.job(other)["workers"] == 4, 10, "its workers to go to the other")
 
 

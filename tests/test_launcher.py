@@ -1,15 +1,18 @@
-"""The launcher: jobs share the daemon's CPU scheduling group, log to a file, stop as a group."""
+"""The launcher: jobs share the daemon's CPU scheduling group, log to a file, stop as a group,
+and their exit status is recorded by a supervisor that outlives the daemon."""
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from daemon_harness import REPORT_GROUP, group_of_a_new_session, sessions_split_cpu
 
-from adloader.client.cpu_group import cpu_group, separate_cpu_group
-from adloader.daemon.launcher import Launcher
+from adloader.daemon.launcher import ExitStatus, Launcher, LaunchError
+from adloader.host.cpu_group import cpu_group, separate_cpu_group
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
 
@@ -25,7 +28,7 @@ def _wait(cond, timeout=10.0):
 
 @pytest.fixture
 def launcher(tmp_path):
-    launcher = Launcher(tmp_path / "logs", "ipc:///nowhere")
+    launcher = Launcher(tmp_path / "state", "ipc:///nowhere")
     yield launcher
     launcher.stop_all()
 
@@ -41,7 +44,7 @@ def test_a_job_is_its_own_process_group_in_the_daemons_session(launcher):
 
 def test_a_launched_job_reports_the_daemons_cpu_group(launcher):
     started = launcher.start("j-0", "tok", REPORT_GROUP, None, {}, 1, (0,))
-    assert _wait(lambda: launcher.reap() == [("j-0", 0)], 60)
+    assert _wait(lambda: launcher.reap() == [("j-0", ExitStatus(0, None))], 60)
     reported = Path(started.log_path).read_text().split()[0]
     assert reported == str(cpu_group())
     assert not separate_cpu_group(None if reported == "None" else reported, cpu_group())
@@ -49,11 +52,18 @@ def test_a_launched_job_reports_the_daemons_cpu_group(launcher):
 
 def test_the_environment_carries_what_attach_reads(launcher, tmp_path):
     cmd = [sys.executable, "-c", "import os; print(os.environ['ADLOADER_JOB'], "
-           "os.environ['ADLOADER_WORKERS'], os.environ['ADLOADER_GPU_IDS'], "
-           "os.environ['CUDA_VISIBLE_DEVICES'], os.environ['EXTRA'])"]
-    started = launcher.start("j-2", "tok", cmd, str(tmp_path), {"EXTRA": "x"}, 3, (1, 2))
-    assert _wait(lambda: launcher.reap() == [("j-2", 0)])
-    assert Path(started.log_path).read_text().split() == ["j-2", "3", "1,2", "1,2", "x"]
+           "os.environ['ADLOADER_JOB_TOKEN'], os.environ['ADLOADER_WORKERS'], "
+           "os.environ['ADLOADER_GPU_IDS'], os.environ['CUDA_VISIBLE_DEVICES'], "
+           "os.environ['ADLOADER_SUPERVISOR'], os.environ['EXTRA'], "
+           "os.environ.get('ADLOADER_TOKEN', '-'), oct(os.umask(0)))"]
+    os.environ["ADLOADER_TOKEN"] = "the-rest-token"  # the daemon's user exported it
+    try:
+        started = launcher.start("j-2", "tok", cmd, str(tmp_path), {"EXTRA": "x"}, 3, (1, 2))
+    finally:
+        del os.environ["ADLOADER_TOKEN"]
+    assert _wait(lambda: launcher.reap() == [("j-2", ExitStatus(0, None))])
+    assert Path(started.log_path).read_text().split() == [
+        "j-2", "tok", "3", "1,2", "1,2", "launcher", "x", "-", "0o22"]
 
 
 def test_stop_ends_the_whole_process_group(launcher):
@@ -64,8 +74,36 @@ def test_stop_ends_the_whole_process_group(launcher):
     log = Path(started.log_path)
     assert _wait(lambda: log.read_text().split()[:1] != [])
     child = int(log.read_text().split()[0])
-    launcher.stop("j-3", started.pid, grace_s=5)
-    assert _wait(lambda: not Launcher.alive(child))
+    assert launcher.signal("j-3", signal.SIGTERM)
+    assert _wait(lambda: not psutil.pid_exists(child) or
+                 psutil.Process(child).status() == psutil.STATUS_ZOMBIE)
+    assert _wait(lambda: launcher.reap() == [("j-3", ExitStatus(None, signal.SIGTERM))])
+    assert not launcher.signal("j-3", signal.SIGTERM)  # gone: nothing is signalled
+
+
+def test_the_exit_status_outlives_the_daemon_and_a_job_launches_once(tmp_path):
+    first = Launcher(tmp_path / "state", "ipc:///nowhere")
+    cmd = [sys.executable, "-c", "import time, sys; time.sleep(1); sys.exit(3)"]
+    started = first.start("j-4", "tok", cmd, None, {}, 1, (0,))
+    del first  # the daemon is gone; its supervisor is not
+    second = Launcher(tmp_path / "state", "ipc:///nowhere")
+    assert second.find("j-4") == started.pid
+    assert second.adopt("j-4", started.pid)
+    assert _wait(lambda: second.reap() == [("j-4", ExitStatus(3, None))])
+    assert second.status("j-4") == ExitStatus(3, None)
+    with pytest.raises(LaunchError, match="launched already"):
+        second.start("j-4", "tok", cmd, None, {}, 1, (0,))
+    assert not second.adopt("j-4", started.pid)  # no supervisor any more
+
+
+def test_a_command_that_cannot_start_fails_with_the_reason(launcher):
+    started = launcher.start("j-5", "tok", ["/no/such/program"], None, {}, 1, (0,))
+    assert _wait(lambda: launcher.reap() != [], 30)
+    status = launcher.status("j-5")
+    assert status.exit_code == 127 and "/no/such/program" in status.error
+    assert "cannot start" in Path(started.log_path).read_text()
+    with pytest.raises(LaunchError, match="null byte"):
+        launcher.start("j-6", "tok", ["python3", "-c", "x\0y"], None, {}, 1, (0,))
 
 
 @pytest.mark.skipif(not sessions_split_cpu(),

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from adloader.daemon.store import Store
-from adloader.errors import InputError
+from adloader.errors import StorageError
 from adloader.jobspec import JobSpec
 from adloader.samples import LoadingSample, TrainingSample
 
@@ -18,12 +18,12 @@ SPEC = JobSpec(name="r18", command=["python", "train.py"], features={"flops_g": 
 
 def test_jobs_roundtrip_and_update(tmp_path):
     with Store(tmp_path / "state" / "deep" / "adloader.db") as store:
-        a = store.add_job(SPEC, token="tok-a", t=10.0)
+        a = store.add_job(SPEC, token_digest="tok-a", t=10.0)
         b = store.add_job(SPEC.model_copy(update={"name": "b"}), "tok-b", "attached", "running")
         assert (a, b) == ("j-000001", "j-000002")
         job = store.get_job(a)
         assert job.spec == SPEC and job.state == "queued" and job.origin == "rest"
-        assert job.token == "tok-a" and job.submitted_at == 10.0 and job.pid is None
+        assert job.token_digest == "tok-a" and job.submitted_at == 10.0 and job.pid is None
         updated = store.update_job(a, state="running", pid=123, workers=4, started_at=11.0)
         assert (updated.state, updated.pid, updated.workers) == ("running", 123, 4)
         assert [j.id for j in store.list_jobs()] == [a, b]
@@ -102,7 +102,7 @@ def test_concurrent_writers(tmp_path):
                 job = store.add_job(SPEC, f"t{k}")
                 store.update_job(job, state="running", workers=k)
                 store.add_event(job, "submitted", {"k": k, "i": i})
-                store.add_sample(job, LoadingSample(k + 1, 8, float(i)))
+                store.add_sample(job, LoadingSample(k + 1, 8, float(i + 1)))
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -122,11 +122,11 @@ def test_concurrent_writers(tmp_path):
 def test_not_a_database_names_the_file(tmp_path):
     bad = tmp_path / "state.db"
     bad.write_bytes(b"this is not sqlite at all, just some text " * 100)
-    with pytest.raises(InputError, match="state.db: not a usable adloader state database"):
+    with pytest.raises(StorageError, match="state.db: not a usable adloader state database"):
         Store(bad)
     folder = tmp_path / "a-folder"
     folder.mkdir()
-    with pytest.raises(InputError, match="a-folder"):
+    with pytest.raises(StorageError, match="a-folder"):
         Store(folder)
 
 
@@ -136,5 +136,71 @@ def test_newer_schema_is_refused(tmp_path):
     db = sqlite3.connect(path)
     db.execute("PRAGMA user_version=99")
     db.close()
-    with pytest.raises(InputError, match="schema version 99"):
+    with pytest.raises(StorageError, match="schema version 99"):
         Store(path)
+
+
+def test_a_version_1_database_keeps_digests_not_tokens(tmp_path):
+    path = tmp_path / "v1.db"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE jobs (id TEXT PRIMARY KEY, name TEXT NOT NULL, spec TEXT NOT NULL,
+            state TEXT NOT NULL, token TEXT NOT NULL, workers INTEGER, pid INTEGER,
+            exit_code INTEGER, submitted_at REAL NOT NULL, started_at REAL, finished_at REAL,
+            log_path TEXT, origin TEXT NOT NULL);
+        PRAGMA user_version=1;""")
+    db.execute("INSERT INTO jobs (id, name, spec, state, token, submitted_at, origin) VALUES "
+               "('j-000001', 'r18', ?, 'running', 'clear-token', 1.0, 'rest')",
+               (SPEC.model_dump_json(),))
+    db.commit()
+    db.close()
+    with pytest.raises(StorageError, match="clear tokens"):
+        Store(path)
+    with Store(path, digest=lambda t: "d:" + t[::-1]) as store:
+        assert store.get_job("j-000001").token_digest == "d:nekot-raelc"
+    assert b"clear-token" not in path.read_bytes()  # closed: the WAL is checkpointed
+
+
+def test_garbage_in_the_middle_is_a_clear_error_that_says_what_to_do(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for i in range(300):
+            job = store.add_job(SPEC.model_copy(update={"name": f"n{i}"}), "d")
+            store.add_event(job, "submitted", {"i": i, "pad": "x" * 200})
+    data = bytearray(path.read_bytes())
+    assert len(data) > 40 * 4096
+    middle = len(data) // 2 // 4096 * 4096
+    data[middle:middle + 4096] = b"\xde\xad\xbe\xef" * 1024  # a whole page of garbage
+    path.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match=r"s\.db: .*mv .*s\.db\.damaged"):
+        Store(path)
+
+
+def test_a_deleted_database_is_written_back_from_the_open_copy(tmp_path):
+    path = tmp_path / "s.db"
+    store = Store(path)
+    job = store.add_job(SPEC, "d")
+    store.add_event(job, "submitted")
+    assert store.restore_if_gone() is None
+    for f in tmp_path.iterdir():
+        f.unlink()
+    note = store.restore_if_gone()
+    assert note and "deleted" in note
+    store.update_job(job, state="running")
+    store.close()
+    with Store(path) as again:
+        assert again.get_job(job).state == "running"
+        assert [e["kind"] for e in again.events()] == ["submitted"]
+
+
+def test_only_finite_in_bounds_samples_are_stored_and_no_job_outweighs_the_node(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        with pytest.raises(ValueError, match="out of bounds"):
+            store.add_sample("j", LoadingSample(2, 8, float("nan")))
+        with pytest.raises(ValueError, match="out of bounds"):
+            store.add_sample("j", TrainingSample(32, 1, 3.6, 11.7, float("inf")))
+        assert store.samples() == ([], [])
+        store.add_samples("loud", [LoadingSample(1, 8, 100.0 + i) for i in range(50)])
+        store.add_samples("quiet", [LoadingSample(2, 8, 7.0)])
+        _, loading = store.samples(per_job=5)
+        assert [s.loading_rate for s in loading] == [145.0, 146.0, 147.0, 148.0, 149.0, 7.0]

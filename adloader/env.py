@@ -1,0 +1,38 @@
+"""Every ``ADLOADER_*`` environment variable, declared once (as adaptdl's ``env.py``).
+
+Three families, never sharing a name: the *job contract* (what the daemon's launcher or
+``adloader run`` hands a job, read by ``adloader.client.attach``), the *REST client*
+(what ``adloader jobs`` and friends read), and the *daemon settings* (``ADLOADER_`` + a
+setting's name in upper case, e.g. ``ADLOADER_PORT``; see ``adloader.config``). A job's
+control token and the REST bearer token are different secrets with different names.
+"""
+
+from __future__ import annotations
+
+# -- the job contract (launcher / `adloader run` -> attach) ---------------------------
+ENDPOINT = "ADLOADER_ENDPOINT"  # the daemon's ZeroMQ control endpoint
+JOB = "ADLOADER_JOB"  # the job's id
+JOB_TOKEN = "ADLOADER_JOB_TOKEN"  # the job's own control token (proves it is the job)
+WORKERS = "ADLOADER_WORKERS"  # the loader's initial worker count
+GPU_IDS = "ADLOADER_GPU_IDS"  # the GPUs the daemon placed the job on
+SUPERVISOR = "ADLOADER_SUPERVISOR"  # "launcher" | "run": who reports the exit status
+CHECKPOINT_DIR = "ADLOADER_CHECKPOINT_DIR"  # where Pause checkpoints go
+RESUME = "ADLOADER_RESUME"  # a checkpoint to resume from
+MODEL = "ADLOADER_MODEL"  # the zoo model of a job that does not name one to attach()
+
+JOB_CONTRACT = (ENDPOINT, JOB, JOB_TOKEN, WORKERS, GPU_IDS, SUPERVISOR, CHECKPOINT_DIR, RESUME,
+                MODEL)
+
+# -- the REST client (adloader submit | jobs | cancel | ...) --------------------------
+URL = "ADLOADER_URL"  # the daemon's REST address
+API_TOKEN = "ADLOADER_TOKEN"  # the REST bearer token (never handed to a job)
+TOKEN_FILE = "ADLOADER_TOKEN_FILE"  # a file holding it
+CONFIG = "ADLOADER_CONFIG"  # the daemon's settings file (also tells clients where it is)
+
+# -- the reference training job and the benches ---------------------------------------
+STEP_PROFILE = "ADLOADER_STEP_PROFILE"  # device profile for emulated GPU steps
+STEP_SCALE = "ADLOADER_STEP_SCALE"
+DATA = "ADLOADER_DATA"
+GPU_LOCK_DIR = "ADLOADER_GPU_LOCK_DIR"  # where emulated GPUs' lock files live
+
+SETTING_PREFIX = "ADLOADER_"  # + a daemon setting's name, e.g. ADLOADER_PORT

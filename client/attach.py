@@ -1,0 +1,124 @@
+"""``attach(loader, model=...)``: the two-line change that puts a training script under the
+node daemon (A-Dloader §III-C's application master, ``client.master.JobMaster``).
+
+It reads the job contract from the environment (``adloader.env``: endpoint, job id, the
+job's token, initial workers, supervisor), works out the job's features for the TPM (from
+``model=`` via the features table, or ``features=``), builds and starts the master, hooks it
+onto the loader's batch boundaries, and chains ``sys.excepthook`` so that an uncaught error
+or Ctrl-C reaches the daemon as the job's exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable
+
+from adloader import env as names
+from adloader.errors import InputError
+from adloader.protocol import JobFeatures
+
+from .master import JobMaster, _rank_world, _stderr
+
+
+def _int_env(name: str) -> int | None:
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 1024:
+        raise InputError(f"{name} must be a whole number 0..1024, got {raw!r}")
+    return value
+
+
+_WATCHED: list[JobMaster] = []  # masters whose process ending the except hook reports
+
+
+def _watch_exit(master: JobMaster) -> None:
+    """Chain ``sys.excepthook`` once, so an uncaught exception or Ctrl-C reaches Finish."""
+    if not _WATCHED:
+        previous = sys.excepthook
+
+        def hook(kind, value, tb):
+            for watched in _WATCHED:
+                watched.note_exception(kind, value)
+            previous(kind, value, tb)
+
+        sys.excepthook = hook
+    _WATCHED.append(master)
+
+
+def _features(model, features, batch_size, gpus, iterations, loader, world_size):
+    if features is not None:
+        return features
+    model = model or os.environ.get(names.MODEL) or None
+    if model is None:
+        return None
+    from adloader.models import features as model_features
+
+    found = model_features(model)
+    batch = batch_size or getattr(loader, "batch_size", None)
+    if not batch:
+        raise InputError(f"attach: model {found.name!r}: give batch_size= (the loader has none)")
+    return JobFeatures(model=found.name, batch_size=int(batch), gpus=gpus or world_size,
+                       flops_g=found.flops_g, params_m=found.params_m, iterations=iterations)
+
+
+def attach(loader=None, *, model: str | None = None, features: JobFeatures | None = None,
+           batch_size: int | None = None, gpus: int | None = None,
+           iterations: int | None = None, requested: int | None = None,
+           endpoint: str | None = None, job: str | None = None, token: str | None = None,
+           checkpoint_dir: str | os.PathLike | None = None,
+           state: Callable[[], dict] | None = None, log: Callable[[str], None] = _stderr,
+           connect_timeout_s: float = 2.0,
+           miss_load: Callable[[], float] | None = None) -> JobMaster:
+    """Put ``loader`` under the node daemon; returns the job's master (already started).
+
+    endpoint/job/token default to ADLOADER_ENDPOINT/ADLOADER_JOB/ADLOADER_JOB_TOKEN (set by
+    the daemon's launcher or `adloader run`), ADLOADER_WORKERS is the initial worker count,
+    ADLOADER_SUPERVISOR who reports the process's exit status, ADLOADER_MODEL a
+    fallback for ``model`` and ADLOADER_CHECKPOINT_DIR for ``checkpoint_dir``. ``model``
+    (a zoo name) gives the FLOPs and parameters of ``features``; ``gpus`` defaults to the
+    world size. ``state()`` returns the state dicts to checkpoint on Pause. In a multi-rank
+    job the daemon's workers are the job's; each rank runs its share, in proportion to
+    ``miss_load()`` (its predicted cache misses; default: its data wait per batch).
+    """
+    endpoint = endpoint or os.environ.get(names.ENDPOINT) or None
+    job = job or os.environ.get(names.JOB) or f"{socket.gethostname()}-{os.getpid()}"
+    token = token if token is not None else os.environ.get(names.JOB_TOKEN, "")
+    if endpoint and not token:  # started by hand with no token: make one (trust on first use)
+        import secrets
+
+        token = secrets.token_urlsafe(24)
+    checkpoint_dir = checkpoint_dir or os.environ.get(names.CHECKPOINT_DIR) or None
+    built = getattr(loader, "num_workers", 0) or 0
+    workers = _int_env(names.WORKERS)
+    if workers is not None and loader is not None and workers != built:
+        loader.resize(workers)
+    workers = built if workers is None else workers
+    rank, world_size = _rank_world()
+    feats = _features(model, features, batch_size, gpus, iterations, loader, world_size)
+    if endpoint and feats is None and rank == 0:
+        raise InputError(f"attach: job {job!r}: give model= or features= so the daemon "
+                         "can predict its throughput")
+    master = JobMaster(loader, job=job, token=token, endpoint=endpoint, features=feats,
+                       workers=workers, requested=built if requested is None else requested,
+                       checkpoint_dir=checkpoint_dir, state=state, log=log,
+                       connect_timeout_s=connect_timeout_s, miss_load=miss_load,
+                       supervisor=os.environ.get(names.SUPERVISOR) or None)
+    _watch_exit(master)
+    if loader is not None:
+        previous = getattr(loader, "on_batch", None)
+        if previous is None:
+            loader.on_batch = master.on_batch
+        else:
+            def chained(stats, _previous=previous, _master=master):
+                _previous(stats)
+                _master.on_batch(stats)
+
+            loader.on_batch = chained
+    return master
