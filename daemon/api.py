@@ -40,13 +40,10 @@ JobId = Annotated[str, Path(max_length=limits.MAX_JOB_ID)]
 _JOB_LIST = TypeAdapter(list[JobView])
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """ASGI middleware: a request body over ``limit`` bytes is refused with 413 before the
-    app reads it (by its Content-Length), or as soon as it has sent that much (chunked)."""
+    app reads it (by its Content-Length), or as soon as that much has arrived (chunked); the
+    app then sees a client that went away, and whatever it answers is dropped."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
@@ -56,26 +53,33 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers") or ()).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
-            return await self._refuse(send)
-        seen = 0
+            return await self._refuse(scope, send)
+        seen, refused = 0, False
 
         async def limited():
-            nonlocal seen
+            nonlocal seen, refused
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    if not refused:
+                        refused = True
+                        await self._refuse(scope, send)
+                    return {"type": "http.disconnect"}
             return message
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._refuse(send)
+        async def answer(message):
+            if not refused:
+                await send(message)
 
-    async def _refuse(self, send) -> None:
+        await self.app(scope, limited, answer)
+
+    async def _refuse(self, scope, send) -> None:
+        async def nothing():
+            return {"type": "http.disconnect"}
+
         await JSONResponse({"detail": f"request body over {self.limit} bytes"},
-                           status_code=413)(self._scope, None, send)
+                           status_code=413)(scope, nothing, send)
 
 
 def request_error_message(error: dict) -> str:

@@ -211,6 +211,7 @@ class Store:
             if now is not None:
                 os.replace(self.path, self.path.with_name(f"{self.path.name}.replaced-"
                                                           f"{int(time.time())}"))
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             for suffix in ("-wal", "-shm"):
                 Path(str(self.path) + suffix).unlink(missing_ok=True)
             tmp = self.path.with_name(self.path.name + ".restoring")
