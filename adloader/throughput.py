@@ -17,18 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
-from sklearn.ensemble import RandomForestRegressor
-from sklearn.linear_model import LinearRegression
-from sklearn.metrics import r2_score
-from sklearn.neighbors import KNeighborsRegressor
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from adloader.errors import InputError
 from adloader.samples import LoadingSample, TrainingSample
 
 TEST_FRACTION = 0.4  # the paper trains on 60 % of the samples and validates on 40 %
+MAX_BREAKPOINTS = 64  # candidate breakpoints of the stage search (all integers on small nodes)
 
 
 def training_features(batch_size, flops_g, params_m, gpus) -> np.ndarray:
@@ -39,6 +33,13 @@ def training_features(batch_size, flops_g, params_m, gpus) -> np.ndarray:
 
 
 def _regressor(name: str, seed: int, n_train: int = 5):
+    """A fresh scikit-learn regressor (imported here: fitting is the only user of sklearn)."""
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.linear_model import LinearRegression
+    from sklearn.neighbors import KNeighborsRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+
     if name == "linear":
         return LinearRegression(fit_intercept=False)
     if name == "polynomial":
@@ -62,6 +63,8 @@ def _split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _r2(truth, predicted) -> float:
     """Held-out R²; a constant held-out set (R² undefined) scores as nothing learnt."""
+    from sklearn.metrics import r2_score
+
     value = float(r2_score(truth, predicted)) if len(truth) > 1 else float("nan")
     return value if np.isfinite(value) else -1.0
 
@@ -71,12 +74,21 @@ def _pick(scores: dict[str, float]) -> str:
 
 
 class TrainingRateModel:
-    """F_μ (eq. 6): iterations/s of a job from (b, f, M, n)."""
+    """F_μ (eq. 6): iterations/s of a job from (b, f, M, n).
 
-    def __init__(self, regressor: str, samples: np.ndarray, scores: dict[str, float], seed=0):
+    When the linear regressor wins (eq. 6 is linear in its features), its coefficients α are
+    kept and predictions are ``x · α`` — a model read back from JSON then needs no sklearn."""
+
+    def __init__(self, regressor: str, samples: np.ndarray, scores: dict[str, float], seed=0,
+                 coef=None):
         self.regressor, self.samples, self.scores, self.seed = regressor, samples, scores, seed
-        x, y = training_features(*samples[:, :4].T), samples[:, 4]
-        self._model = _regressor(regressor, seed, len(samples)).fit(x, y)
+        self.coef = None if coef is None else np.asarray(coef, float)
+        self._model = None
+        if self.coef is None:
+            x, y = training_features(*samples[:, :4].T), samples[:, 4]
+            self._model = _regressor(regressor, seed, len(samples)).fit(x, y)
+            if regressor == "linear":
+                self.coef, self._model = np.asarray(self._model.coef_, float), None
 
     @classmethod
     def fit(cls, samples: Sequence[TrainingSample], seed: int = 0) -> TrainingRateModel:
@@ -98,7 +110,8 @@ class TrainingRateModel:
         """1/F_μ seconds for per-GPU batch b (never below a microsecond)."""
         x = training_features(batch_size, flops_g, params_m, gpus)
         flat = x.reshape(-1, 5)
-        return np.maximum(self._model.predict(flat), 1e-6).reshape(x.shape[:-1])
+        step = flat @ self.coef if self.coef is not None else self._model.predict(flat)
+        return np.maximum(step, 1e-6).reshape(x.shape[:-1])
 
     def rate(self, batch_size, flops_g, params_m, gpus) -> np.ndarray:
         """F_μ: iterations per second."""
@@ -110,12 +123,13 @@ class TrainingRateModel:
             "scores": self.scores,
             "seed": self.seed,
             "samples": self.samples.round(9).tolist(),
+            **({"coef": self.coef.tolist()} if self.coef is not None else {}),
         }
 
     @classmethod
     def from_json(cls, data: dict) -> TrainingRateModel:
         samples = np.array(data["samples"], float)
-        return cls(data["regressor"], samples, data["scores"], data["seed"])
+        return cls(data["regressor"], samples, data["scores"], data["seed"], data.get("coef"))
 
 
 def _hinges(d, node, k1, k2) -> np.ndarray:
@@ -147,15 +161,30 @@ class LoadingRateModel:
                                                                         samples[:, 2])
 
     @staticmethod
+    def _breakpoints(node: np.ndarray) -> list[int]:
+        """Candidate breakpoints: every integer up to the largest node total seen, or on a
+        large node ``MAX_BREAKPOINTS`` quantiles of the totals seen (the search is O(k²))."""
+        top = int(node.max())
+        if top <= MAX_BREAKPOINTS:
+            return list(range(1, top + 1))
+        quantiles = np.quantile(node, np.linspace(0, 1, MAX_BREAKPOINTS))
+        return sorted({max(1, int(round(q))) for q in quantiles} | {top})
+
+    @staticmethod
     def _fit_stages(data: np.ndarray) -> tuple[Stages, np.ndarray]:
-        """Breakpoints k1 < k2 by least squares over every integer pair in the samples' range,
-        each stage's slope no steeper than the one before (contention never helps)."""
+        """Breakpoints k1 < k2 by least squares over pairs of candidate breakpoints (every
+        integer pair in the samples' range on a node of up to MAX_BREAKPOINTS workers), each
+        stage's slope no steeper than the one before (contention never helps)."""
+        from scipy.optimize import nnls
+        from sklearn.linear_model import LinearRegression
+
         d, node, y = data[:, 0], data[:, 1], data[:, 2]
         top = int(node.max())
+        candidates = LoadingRateModel._breakpoints(node)
         sign = np.array([1.0, -1.0, -1.0])  # slopes never rise: β0 ≥ 0, β1 ≤ 0, β2 ≤ 0
         best = None  # grid search of the breakpoints by non-negative least squares
-        for k1 in range(1, top + 1):
-            for k2 in range(k1 + 1, top + 2):
+        for i, k1 in enumerate(candidates):
+            for k2 in [*candidates[i + 1:], top + 1]:
                 x = _hinges(d, node, k1, k2) * sign
                 coef, residual = nnls(x, y)
                 if best is None or residual < best[0] - 1e-9 * abs(best[0]):

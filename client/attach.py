@@ -11,6 +11,7 @@ or Ctrl-C reaches the daemon as the job's exit status.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
 from collections.abc import Callable
@@ -88,11 +89,10 @@ def attach(loader=None, *, model: str | None = None, features: JobFeatures | Non
     ``miss_load()`` (its predicted cache misses; default: its data wait per batch).
     """
     endpoint = endpoint or os.environ.get(names.ENDPOINT) or None
-    job = job or os.environ.get(names.JOB) or f"{socket.gethostname()}-{os.getpid()}"
+    job = job or os.environ.get(names.JOB) or f"{socket.gethostname()}-{os.getpid()}-" \
+        f"{secrets.token_hex(3)}"  # not guessable from `ps`: nobody can register it first
     token = token if token is not None else os.environ.get(names.JOB_TOKEN, "")
     if endpoint and not token:  # started by hand with no token: make one (trust on first use)
-        import secrets
-
         token = secrets.token_urlsafe(24)
     checkpoint_dir = checkpoint_dir or os.environ.get(names.CHECKPOINT_DIR) or None
     built = getattr(loader, "num_workers", 0) or 0

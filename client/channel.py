@@ -1,7 +1,10 @@
 """The job's end of the control channel: one background thread that owns a ZeroMQ DEALER.
 
-The thread creates its own context and socket (routing id = job id, linger 0) and is the
-only code that touches them, so forked DataLoader workers never do. It sends Register,
+The thread creates its own context and socket (linger 0) and is the only code that touches
+them, so forked DataLoader workers never do. The socket has no routing id of its own: the
+daemon gives each connection one and knows the job by the token its messages carry, so
+nobody can take the job's connection by naming it, and a reconnect (a daemon restart) is
+recognised by its next message. It sends Register,
 waits ``connect_timeout_s`` for the Allocation, hands every command to ``deliver`` (called
 in this thread), sends a Heartbeat every ``heartbeat_s`` once allocated, and sends what
 other threads ``post``. Without an Allocation in time it logs one line and keeps quiet.
@@ -92,7 +95,6 @@ class Channel(threading.Thread):
     def run(self) -> None:
         context = zmq.Context()
         sock = context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.ROUTING_ID, self.register.job.encode())
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)

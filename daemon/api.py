@@ -19,7 +19,6 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Req
 from fastapi.exceptions import RequestValidationError, ResponseValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import TypeAdapter
 
 import adloader
 from adloader import limits
@@ -37,7 +36,6 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 MAX_EVENT_ID = 2**63 - 1
 SUBMITS_AT_ONCE = 4  # submits in flight (each may count a model's FLOPs in a child)
 JobId = Annotated[str, Path(max_length=limits.MAX_JOB_ID)]
-_JOB_LIST = TypeAdapter(list[JobView])
 
 
 class BodyLimit:
@@ -145,8 +143,7 @@ def create_app(service: NodeService, token: str) -> FastAPI:
     @v1.get("/jobs", response_model=list[JobView], tags=["jobs"])
     def jobs() -> Response:
         """Every job the daemon knows, in submit order."""
-        return Response(_JOB_LIST.dump_json(call("listing jobs", service.jobs)),
-                        media_type="application/json")
+        return Response(call("listing jobs", service.jobs_json), media_type="application/json")
 
     @v1.get("/jobs/{job_id}", response_model=JobView, tags=["jobs"])
     def job(job_id: JobId) -> JobView:
@@ -179,11 +176,12 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         """The policy, the node's loading capacity and each job's workers."""
         return call("allocations", service.allocations)
 
-    @v1.get("/events", tags=["node"])
+    @v1.get("/events", response_model=list[dict], tags=["node"])
     def events(since: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
-               limit: Annotated[int, Query(ge=1, le=5000)] = 500) -> list[dict]:
+               limit: Annotated[int, Query(ge=1, le=5000)] = 500) -> Response:
         """Events with an id above ``since``, oldest first."""
-        return call("events", service.events, since, limit)
+        return Response(call("events", service.events_json, since, limit),
+                        media_type="application/json")
 
     @v1.get("/model", tags=["model"])
     def model() -> dict:

@@ -8,7 +8,9 @@ connection that last proved its token. ``ROUTER_MANDATORY`` with non-blocking se
 message to a gone or stuck peer fail at once instead of vanishing or blocking. Frames are
 decoded by ``adloader.protocol``; anything malformed comes back from ``poll`` as a
 ProtocolError entry, never as an exception. An ``ipc://`` socket file is 0600, or 0660 with
-``group`` (tenants of that group may connect; each still speaks only for its own jobs).
+``group`` (tenants of that group may connect; each still speaks only for its own jobs). A
+folder for the socket that the broker creates itself is 0700, or 0750 and owned by ``group``
+with one; an existing folder is left as it is (it must let the group through).
 Only one thread may use a Broker (ZeroMQ sockets are not thread-safe).
 """
 
@@ -56,6 +58,17 @@ def _gid(group: str) -> int:
         raise InputError(f"socket group {group!r}: no such group") from None
 
 
+def _give(path: Path, gid: int | None, mode: int, group: str | None) -> None:
+    """Set ``path``'s group (when given) and mode; InputError naming what failed."""
+    try:
+        if gid is not None:
+            os.chown(path, -1, gid)
+        os.chmod(path, mode)
+    except OSError as exc:
+        raise InputError(f"cannot give {path} to group {group!r} (mode {mode:o}): "
+                         f"{exc.strerror}; is the daemon's user in that group?") from None
+
+
 class Broker:
     """A bound ROUTER socket: ``poll`` what jobs sent, ``send`` them commands."""
 
@@ -63,13 +76,19 @@ class Broker:
         if not isinstance(endpoint, str) or not endpoint.startswith(("ipc://", "tcp://")):
             raise InputError(f"control endpoint {endpoint!r}: must be ipc://PATH or tcp://HOST:PORT")
         path = _ipc_path(endpoint) if endpoint.startswith("ipc://") else None
+        gid = _gid(group) if group else None
         if path is not None:
             try:
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                path.parent.mkdir(mode=0o700, parents=True)
+            except FileExistsError:
+                pass  # an existing folder keeps its owner and mode
             except OSError as exc:
                 raise InputError(
                     f"control endpoint {endpoint!r}: cannot create {path.parent}: {exc.strerror}"
                 ) from None
+            else:
+                if gid is not None:  # the group's members must reach the socket
+                    _give(path.parent, gid, 0o750, group)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -83,9 +102,12 @@ class Broker:
             raise InputError(f"control endpoint {endpoint!r}: cannot bind: {exc}") from None
         self._inode = None
         if path is not None:
-            if group:
-                os.chown(path, -1, _gid(group))
-            os.chmod(path, 0o660 if group else 0o600)
+            try:
+                _give(path, gid, 0o660 if gid is not None else 0o600, group)
+            except InputError:
+                self._socket.close(linger=0)
+                self._context.term()
+                raise
             self._inode = os.stat(path).st_ino
         self.path = path
         self.endpoint: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)

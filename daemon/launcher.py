@@ -6,7 +6,9 @@ records the job's exit status in ``STATE_DIR/jobs/<job>.exit`` whether or not th
 is alive, so a restarted daemon reconciles every job it launched (as kubelet reconciles
 containers): finished, failed with its code or signal, or still running and re-attaching.
 A job is launched at most once: the node records the intent before ``start`` runs, and
-``start`` refuses a job that has a supervisor or an exit status already.
+``start`` refuses a job that has a supervisor, a start record or an exit status already;
+a job whose intent was recorded but whose supervisor never recorded its start never ran,
+and may be launched again.
 
 The environment carries the job contract (``adloader.env``): ADLOADER_ENDPOINT, ADLOADER_JOB,
 ADLOADER_JOB_TOKEN (this job's token only), ADLOADER_WORKERS, ADLOADER_GPU_IDS and
@@ -56,7 +58,7 @@ class ExitStatus:
     signal: int | None
     error: str | None = None
     recorded: bool = True
-    group_alive: bool = False  # not recorded, and the job's process group still has members
+    pgid: int | None = None  # not recorded: the job's process group, which may live on
 
 
 class Launcher:
@@ -73,6 +75,10 @@ class Launcher:
     def status_path(self, job_id: str) -> Path:
         return self.status_dir / f"{job_id}.exit"
 
+    def ever_started(self, job_id: str) -> bool:
+        """Whether the job's supervisor ever ran (it records that before the command)."""
+        return Path(f"{self.status_path(job_id)}.started").exists()
+
     def log_path(self, job_id: str) -> Path:
         return self.log_dir / f"{job_id}.log"
 
@@ -80,7 +86,8 @@ class Launcher:
               env: dict[str, str], workers: int, gpu_ids: tuple[int, ...]) -> Launched:
         """Start the job under its supervisor; LaunchError (with the reason) if it cannot."""
         status = self.status_path(job_id)
-        if job_id in self.children or job_id in self.adopted or status.exists():
+        if (job_id in self.children or job_id in self.adopted or status.exists()
+                or self.ever_started(job_id)):
             raise LaunchError(f"job {job_id} was launched already")
         full_env = {k: v for k, v in os.environ.items()
                     if k not in (names.API_TOKEN, *names.JOB_CONTRACT)}
@@ -157,11 +164,10 @@ class Launcher:
             del self.children[job_id]
             status = self.status(job_id)
             if status is None:  # the supervisor itself was killed: all that is known
-                alive = group_alive(proc.pid)
-                status = (ExitStatus(None, -code, recorded=False, group_alive=alive) if code < 0
+                status = (ExitStatus(None, -code, recorded=False, pgid=proc.pid) if code < 0
                           else ExitStatus(code if code < 128 else None,
                                           code - 128 if code > 128 else None, recorded=False,
-                                          group_alive=alive))
+                                          pgid=proc.pid))
             done.append((job_id, status))
         for job_id, proc in list(self.adopted.items()):
             try:
@@ -173,7 +179,7 @@ class Launcher:
             if gone:
                 del self.adopted[job_id]
                 done.append((job_id, self.status(job_id) or ExitStatus(
-                    None, None, recorded=False, group_alive=group_alive(proc.pid))))
+                    None, None, recorded=False, pgid=proc.pid)))
         return done
 
     def signal(self, job_id: str, sig: int) -> bool:

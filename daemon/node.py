@@ -19,42 +19,31 @@ import contextlib
 import logging
 import threading
 import time
+from dataclasses import replace
 
 from adloader.config import DaemonConfig
-from adloader.errors import InputError, StorageError
+from adloader.errors import StorageError
 from adloader.host.cpu_group import cpu_group
 from adloader.jobspec import JobSpec
 from adloader.protocol import ProtocolError
-from adloader.throughput import LoadingRateModel, ThroughputModel, TrainingRateModel
+from adloader.throughput import ThroughputModel
 
 from .broker import Broker
 from .launcher import ExitStatus, Launcher, LaunchError, group_alive
+from .metrics import MetricsCache
 from .model_features import FeatureCounter
+from .online_model import OnlineModel, prior_model
 from .scheduler import ACTIVE, TERMINAL, Actions, LiveJob, Scheduler
 from .service_impl import NodeServiceMixin
 from .store import FINAL_STATES, Store
 from .tokens import TokenDigest, new_token
 
 log = logging.getLogger("adloader.daemon")
-REFIT_EVERY = 10  # new samples between online refits ...
-REFIT_INTERVAL_S = 20.0  # ... and at most one refit in this long
-SAMPLE_INTERVAL_S = 2.0  # one sample per job in this long (heartbeats come faster)
-FIT_WINDOW = 2000  # the newest samples of each kind a fit uses ...
-FIT_PER_JOB = 200  # ... of which one job gives at most this many
 STORE_CHECK_S = 2.0  # how often the daemon looks whether its state file is still there
+LOCK_CHUNK = 64  # messages handled under one hold of the node's lock
+HOUSEKEEPING_S = 0.05  # the scheduler's clock ticks at most this often
+ORPHAN_GRACE_S = 3.0  # a job whose supervisor died: its group's time to be seen gone
 RECOVERY_GRACE_S = 5.0  # a recovered job's time to be heard again
-MIN_REAL = 6  # real samples of a kind before they replace the prior
-
-
-def prior_model(profile_name: str, seed: int = 0) -> ThroughputModel:
-    """The TPM a node starts with, before its own heartbeats: fitted from noisy samples of a
-    device profile (``paper`` unless configured; ``adloader profile`` measures this one)."""
-    from adloader.workloads import synth
-    from adloader.workloads.profile import load_profile
-
-    profile = load_profile(profile_name or "paper")
-    training, loading = synth.samples(profile, seed)
-    return ThroughputModel.fit(training, loading, seed)
 
 
 class Node(NodeServiceMixin):
@@ -69,11 +58,10 @@ class Node(NodeServiceMixin):
         self.cpu_group = cpu_group()  # the daemon's; a job reporting another is flagged
         self.capacity = config.capacity or _cores()
         self.gpus = config.gpus or _cuda_devices() or 1
-        self.prior = model or prior_model(config.profile)
-        self.model_source = "prior"
+        prior = model or prior_model(config.profile, state / "prior-model.json")
         self.lock = threading.RLock()
         self.scheduler = Scheduler(
-            capacity=self.capacity, gpus=self.gpus, policy=config.policy, model=self.prior,
+            capacity=self.capacity, gpus=self.gpus, policy=config.policy, model=prior,
             tokens=self.tokens, arrival_window_s=config.arrival_window_s,
             completion_window_s=config.completion_window_s, heartbeat_s=config.heartbeat_s,
             lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
@@ -82,22 +70,24 @@ class Node(NodeServiceMixin):
         self.outbox: collections.deque = collections.deque()
         self.counters = collections.Counter()
         self.dirty: set[str] = set()  # jobs whose record could not be written yet
+        self.orphans: dict[str, tuple] = {}  # job id -> (status, since): supervisor died
+        self.static_views: dict[str, tuple] = {}  # job id -> (record, its JSON) for jobs_json
+        self.metrics_cache = MetricsCache(self._metrics_snapshot)
         self.store_note: str | None = None
-        self.new_samples = 0
-        self.last_refit = 0.0
-        self.refitting = False
-        self.last_sample: dict[str, float] = {}
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._refit_lock = threading.Lock()
+        self.online = OnlineModel(prior, self.store, self.scheduler, self.lock,
+                                  self._record_event)
         self._recover()
 
     # -- lifecycle -------------------------------------------------------------------
     def _recover(self) -> None:
         """Reconcile what a previous daemon left: terminal jobs stay terminal; a launched
         job whose supervisor recorded an exit gets its final state; a live one (or a job
-        started by hand) gets a grace period to be heard again."""
+        started by hand) gets a grace period to be heard again; a job whose launch was
+        recorded but that never started (the daemon died in between) waits to be launched
+        again — it never ran, so at most once still holds."""
         grace = time.monotonic() + RECOVERY_GRACE_S
         ended: list[tuple[str, ExitStatus]] = []
         for rec in self.store.list_jobs():
@@ -108,6 +98,13 @@ class Node(NodeServiceMixin):
             job.workers, job.submitted = rec.workers or 0, rec.submitted_at
             job.supervisor = rec.supervisor or ("launcher" if rec.origin == "rest" else None)
             launched = rec.origin == "rest" and rec.started_at is not None
+            never_ran = (launched and rec.state in ACTIVE and self.launcher.status(rec.id) is None
+                         and not self.launcher.ever_started(rec.id)
+                         and self.launcher.find(rec.id) is None)
+            if never_ran:
+                launched, rec = False, replace(rec, state="queued")
+                self._record_event(rec.id, "launch_deferred", {
+                    "reason": "the daemon stopped between recording the launch and starting it"})
             if rec.state in ACTIVE or rec.state == "lost":
                 job.state = "running" if rec.state in ACTIVE else "lost"
                 job.last_seen, job.registered = grace, True
@@ -118,9 +115,8 @@ class Node(NodeServiceMixin):
                 if status is not None:
                     ended.append((rec.id, status))
                 elif not self.launcher.adopt(rec.id, rec.pid or self.launcher.find(rec.id)):
-                    alive = bool(rec.pid) and group_alive(rec.pid)
                     ended.append((rec.id, ExitStatus(None, None, recorded=False,
-                                                     group_alive=alive)))
+                                                     pgid=rec.pid)))
             self._record_event(rec.id, "recovered", {"state": rec.state})
         for job_id, status in ended:
             self._apply(self._exited(job_id, status))
@@ -144,33 +140,62 @@ class Node(NodeServiceMixin):
             self.store.close()
 
     def _loop(self) -> None:
-        next_check = 0.0
+        next_check = next_tick = 0.0
         while not self._stop.is_set():
             try:
-                received = self.broker.poll(50)
+                received = self.broker.poll(int(HOUSEKEEPING_S * 1000))
             except Exception:  # never: poll reports bad frames as entries
                 log.exception("control socket")
                 self.counters["loop_errors"] += 1
                 time.sleep(0.1)
                 continue
+            for start in range(0, len(received), LOCK_CHUNK):  # REST waits one chunk at most
+                with self.lock:
+                    for identity, msg in received[start:start + LOCK_CHUNK]:
+                        self._guarded("message", self._receive, identity, msg)
+            now = time.monotonic()
+            if now >= next_tick:  # O(jobs): not once per message when a thousand arrive
+                next_tick = now + HOUSEKEEPING_S
+                with self.lock:
+                    self._housekeeping(now >= next_check)
+                if now >= next_check:
+                    next_check = now + STORE_CHECK_S
             with self.lock:
-                for identity, msg in received:
-                    self._guarded("message", self._receive, identity, msg)
-                self._guarded("tick", lambda: self._apply(self.scheduler.tick()))
-                for job_id, status in self.launcher.reap():
-                    self._guarded("exit", lambda j=job_id, s=status: self._apply(
-                        self._exited(j, s)))
-                if time.monotonic() >= next_check:
-                    next_check = time.monotonic() + STORE_CHECK_S
-                    self._guarded("store check", self._check_store)
-                if self.dirty:
-                    self._resync()
                 sends = list(self.outbox)
                 self.outbox.clear()
             for identity, msg in sends:
                 if identity is None or not self._guarded("send", self.broker.send, identity,
                                                          msg):
                     self.counters["undelivered"] += 1
+
+    def _housekeeping(self, check_store: bool) -> None:
+        """The clock's work: lost jobs, windows, cancels; exits; samples; the store."""
+        self._guarded("tick", lambda: self._apply(self.scheduler.tick()))
+        if self.online.pending:
+            self._guarded("samples", self.online.flush)
+        for job_id, status in self.launcher.reap():
+            self._guarded("exit", lambda j=job_id, s=status: self._apply(self._exited(j, s)))
+        if check_store:
+            self._guarded("store check", self._check_store)
+        if self.dirty:
+            self._resync()
+        if self.orphans:
+            self._guarded("orphans", self._watch_orphans)
+
+    def _watch_orphans(self) -> None:
+        for job_id, (status, since) in list(self.orphans.items()):
+            job = self.scheduler.jobs.get(job_id)
+            if job is None or job.state not in ACTIVE:
+                del self.orphans[job_id]
+            elif not group_alive(status.pgid):
+                del self.orphans[job_id]
+                self._apply(self._exited(job_id, replace(status, recorded=True)))
+            elif time.monotonic() - since > ORPHAN_GRACE_S:
+                del self.orphans[job_id]
+                job.supervisor = None
+                self._apply(Actions(events=[(job_id, "unsupervised", {
+                    "note": "its supervisor ended while the job runs on; its master's last "
+                            "word will be its final state"})]))
 
     def _guarded(self, what: str, fn, *args):
         """Run one unit of work; a failure costs that unit only."""
@@ -197,17 +222,17 @@ class Node(NodeServiceMixin):
         self._apply(actions)
 
     def _exited(self, job_id: str, status: ExitStatus) -> Actions:
-        """A launched job's supervisor ended: the job's final state from its exit status. A
-        supervisor killed on its own leaves a job that may still run: it is then watched
-        as one started by hand, by its heartbeats."""
+        """A launched job's supervisor ended: the job's final state from its exit status.
+        Without a recorded status (the supervisor itself was killed) the job's process
+        group decides, once it is seen (``_watch_orphans``): gone, the job ended as its
+        supervisor did; still there after ORPHAN_GRACE_S, the job runs on unsupervised and
+        is watched as one started by hand, by its heartbeats."""
         job = self.scheduler.jobs.get(job_id)
         if job is None:
             return Actions()
-        if not status.recorded and status.group_alive and job.state in ACTIVE:
-            job.supervisor = None
-            return Actions(events=[(job_id, "unsupervised", {
-                "note": "its supervisor ended while the job still reports; its master's "
-                        "last word will be its final state"})])
+        if not status.recorded and status.pgid and job.state in ACTIVE:
+            self.orphans[job_id] = (status, time.monotonic())
+            return Actions()
         failed = status.signal or (status.exit_code not in (0, None))
         tail = status.error or (self.launcher.tail(job_id) if failed else None)
         return self.scheduler.exited(job_id, status.exit_code, status.signal, tail)
@@ -221,7 +246,7 @@ class Node(NodeServiceMixin):
             self._record_event(job_id, kind, data)
             if kind == "attached":
                 self._flag_cpu_group(job_id, data.get("cpu_group"))
-        self._take_samples(actions.samples)
+        self.online.take(actions.samples)
         for job_id, sig in actions.kill:
             if not self.launcher.signal(job_id, sig):
                 log.info("%s: no process group to signal", job_id)
@@ -229,7 +254,7 @@ class Node(NodeServiceMixin):
             job = self.scheduler.jobs.get(job_id)
             self.outbox.append((job.peer if job else None, msg))
         self.outbox.extend(actions.reply)
-        self._maybe_refit()
+        self.online.maybe_refit()
 
     def _launch(self, job: LiveJob) -> None:
         """At most once: the intent is on disk before the process starts, or it never does."""
@@ -313,56 +338,10 @@ class Node(NodeServiceMixin):
             self._record_event(job_id, "separate_cpu_group", {"note": CPU_GROUP_NOTE})
             log.warning("%s: %s", job_id, CPU_GROUP_NOTE)
 
-    # -- the online model ------------------------------------------------------------
-    def _take_samples(self, samples) -> None:
-        keep = []
-        for job_id, sample in samples:
-            key = f"{job_id}/{type(sample).__name__}"
-            if time.monotonic() - self.last_sample.get(key, -1e9) >= SAMPLE_INTERVAL_S:
-                self.last_sample[key] = time.monotonic()
-                keep.append((job_id, sample))
-        if keep and self._guarded("samples", self.store.add_job_samples, keep) is not None:
-            self.new_samples += len(keep)
-
-    def _maybe_refit(self) -> None:
-        if (self.new_samples >= REFIT_EVERY and not self.refitting
-                and time.monotonic() - self.last_refit >= REFIT_INTERVAL_S):
-            self.new_samples, self.refitting = 0, True
-            self.last_refit = time.monotonic()
-            threading.Thread(target=self._refit_quietly, daemon=True).start()
-
-    def _refit_quietly(self) -> None:
-        try:
-            self.fit_model(quiet=True)
-        except (InputError, StorageError, ValueError) as exc:
-            log.warning("online refit skipped: %s", exc)
-        finally:
-            self.refitting = False
-
     def fit_model(self, quiet: bool = False) -> dict:
-        """Refit from the node's own samples (each job's newest ``FIT_PER_JOB`` at most);
-        each part keeps the prior until it has enough."""
-        with self._refit_lock:
-            with self.lock:
-                training, loading = self.store.samples(per_job=FIT_PER_JOB)
-            training, loading = training[-FIT_WINDOW:], loading[-FIT_WINDOW:]
-            if not quiet and len(training) < MIN_REAL and len(loading) < MIN_REAL:
-                raise InputError(f"too few samples to refit: {len(training)} training, "
-                                 f"{len(loading)} loading (need {MIN_REAL} of one kind)")
-            part_t = (TrainingRateModel.fit(training) if len(training) >= MIN_REAL
-                      else self.prior.training)
-            spread = len({s.node_workers for s in loading})  # stages need several totals
-            part_l = (LoadingRateModel.fit(loading) if len(loading) >= MIN_REAL and spread >= 4
-                      else self.prior.loading)
-            model = ThroughputModel(part_t, part_l)
-            with self.lock:
-                self.scheduler.set_model(model)
-                self.model_source = "online"
-                with contextlib.suppress(StorageError):
-                    self.store.save_model(model.to_json())
-                self._record_event(None, "model_fit", {"training": len(training),
-                                                       "loading": len(loading)})
-            return self.model()
+        """Refit the TPM now (``POST /v1/model/fit``); the model's summary."""
+        self.online.fit(quiet)
+        return self.model()
 
     def _live(self, job_id: str, spec: JobSpec, token_digest: str, origin: str) -> LiveJob:
         if spec.features is not None:

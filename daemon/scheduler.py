@@ -12,17 +12,13 @@ job's routing id hears nothing. ``finished``, ``failed`` and ``cancelled`` are t
 message brings such a job back. ``lost`` (nothing is known) is the one state a job leaves
 again, when it proves itself, or when its exit status turns up.
 
-Job state tells the truth: a job is ``finished`` when its process exited 0, ``failed`` with
-the exit code or signal otherwise, ``cancelled`` when it ended after a cancel. The master's
-Finish frees the job's workers at once; the final state waits for the exit status from the
-job's supervisor (the launcher, or ``adloader run``) when it has one.
+How a job ends — truthfully — is ``daemon.endings``; what is tracked of a job,
+``daemon.live``.
 """
 
 from __future__ import annotations
 
-import signal as signals
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from adloader.errors import InputError
 from adloader.planner import PlanJob, plan
@@ -42,83 +38,21 @@ from adloader.protocol import (
 from adloader.samples import LoadingSample, TrainingSample
 from adloader.throughput import ThroughputModel
 
+from .endings import EndingsMixin
+from .live import (  # noqa: F401  (the states, for the scheduler's users)
+    ACTIVE,
+    ENDED,
+    RESERVED_ID,
+    TERMINAL,
+    WAITING,
+    Actions,
+    LiveJob,
+    exit_text,
+)
 from .tokens import TokenDigest
 
-ACTIVE = ("running", "paused")
-WAITING = ("buffered", "queued")
-TERMINAL = ("finished", "failed", "cancelled")  # never left again
-ENDED = (*TERMINAL, "lost")
-RESERVED_ID = "j-"  # ids the daemon gives submitted jobs; a job started by hand may not
 
-
-@dataclass
-class LiveJob:
-    """What the scheduler tracks of one job."""
-
-    id: str
-    token_digest: str
-    batch_size: int
-    gpus: int
-    flops_g: float
-    params_m: float
-    iterations: int | None
-    requested: int | None = None
-    origin: str = "rest"  # rest | attached
-    state: str = "buffered"
-    workers: int = 0
-    gpu_ids: tuple[int, ...] = ()
-    seq: int = 0  # last command sent
-    iteration: int = 0
-    throughput: float = 0.0
-    step_s: float = 0.0
-    data_wait_s: float = 0.0
-    last_seen: float = 0.0
-    submitted: float = 0.0
-    registered: bool = False  # heard from its master: only then can it be lost
-    exit_code: int | None = None
-    reason: str | None = None  # how it ended, in words
-    supervisor: str | None = None  # "launcher" or "run": who reports the exit status
-    peer: bytes | None = None  # the connection that last proved the token
-    ending_since: float | None = None  # its master said Finish; the exit status is awaited
-    finish: Finish | None = None  # what the master said
-    cancel_at: float | None = None  # a cancel was asked at this time
-    signalled: int = 0  # signals sent to stop it (launched jobs): 0, SIGTERM, SIGKILL
-    busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
-    wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
-
-    @property
-    def remaining_samples(self) -> float:
-        left = float(self.iterations or 10 * (self.iteration + 100)) - self.iteration
-        return max(left, 1.0) * self.batch_size
-
-
-@dataclass
-class Actions:
-    """What a scheduler step asks the node to do."""
-
-    launch: list[LiveJob] = field(default_factory=list)
-    send: list[tuple[str, object]] = field(default_factory=list)  # (job id, message)
-    reply: list[tuple[bytes, object]] = field(default_factory=list)  # (sender, message)
-    kill: list[tuple[str, int]] = field(default_factory=list)  # (job id, signal) launched jobs
-    events: list[tuple[str | None, str, dict]] = field(default_factory=list)
-    samples: list[tuple[str, TrainingSample | LoadingSample]] = field(default_factory=list)
-    changed: list[LiveJob] = field(default_factory=list)  # jobs whose record changed
-
-    def extend(self, other: Actions) -> None:
-        for name in ("launch", "send", "reply", "kill", "events", "samples", "changed"):
-            getattr(self, name).extend(getattr(other, name))
-
-
-def exit_text(exit_code: int | None, signal: int | None) -> str:
-    if signal:
-        try:
-            return f"killed by {signals.Signals(signal).name}"
-        except ValueError:
-            return f"killed by signal {signal}"
-    return "exit status unknown" if exit_code is None else f"exit code {exit_code}"
-
-
-class Scheduler:
+class Scheduler(EndingsMixin):
     def __init__(self, *, capacity: int, gpus: int, policy: str, model: ThroughputModel,
                  tokens: TokenDigest, arrival_window_s: float = 30.0,
                  completion_window_s: float = 30.0, heartbeat_s: float = 1.0,
@@ -133,13 +67,16 @@ class Scheduler:
         self.exit_wait_s = max(4 * lost_timeout_s, 5.0)  # for the supervisor after Finish
         self.clock = clock
         self.jobs: dict[str, LiveJob] = {}
+        self._node_workers: tuple[float, int] | None = None  # (clock, D) for loading samples
         self.ended: dict[str, str] = {}  # terminal jobs of earlier daemons: id -> state
         self.flush_at: float | None = None
         self.set_model(model)
 
-    def set_model(self, model: ThroughputModel) -> None:
+    def set_model(self, model: ThroughputModel, table=None) -> None:
+        """Use ``model`` from now on (``table``: its loading table, if made already — making
+        it for a large node is the slow part, best done before taking any lock)."""
         self.model = model
-        self.table = model.loading_table(self.capacity)
+        self.table = model.loading_table(self.capacity) if table is None else table
 
     # -- inputs ------------------------------------------------------------------------
     def add(self, job: LiveJob) -> Actions:
@@ -187,102 +124,6 @@ class Scheduler:
                        events=[(job.id if job else None, "refused",
                                 {"type": msg.type, "job": msg.job[:64], "reason": why})])
 
-    def _finish(self, job: LiveJob, msg: Finish) -> Actions:
-        """The master's last word: its workers go back now; the final state comes with the
-        exit status (from the supervisor), or from this word for a job without one."""
-        job.iteration = max(job.iteration, msg.iterations)
-        if job.supervisor is None:  # no one else will say: the master's word is final
-            if msg.exit_code < 0:  # it saw the signal that ends it (Ctrl-C)
-                return self.exited(job.id, None, -msg.exit_code, msg.error)
-            return self.exited(job.id, msg.exit_code, None, msg.error)
-        job.finish = msg
-        if job.ending_since is None:
-            job.ending_since = self.clock()
-        return self._release(job, "finishing", {"exit_code": msg.exit_code,
-                                                "iterations": msg.iterations})
-
-    def _release(self, job: LiveJob, kind: str, data: dict) -> Actions:
-        was = job.workers
-        job.workers = 0
-        if was and job.state == "running":
-            self._open(self.completion_window_s)
-        return Actions(changed=[job], events=[(job.id, kind, data)])
-
-    def exited(self, job_id: str, exit_code: int | None, signal: int | None = None,
-               tail: str | None = None) -> Actions:
-        """The job's process ended: its final state, from what is known of the exit."""
-        job = self.jobs.get(job_id)
-        if job is None or job.state in TERMINAL:
-            return Actions()
-        if exit_code is None and signal is None and job.finish is not None:
-            exit_code, tail = job.finish.exit_code, tail or job.finish.error
-            if exit_code < 0:
-                exit_code, signal = None, -exit_code
-        if job.cancel_at is not None and job.state not in WAITING:
-            state = "cancelled"
-        elif exit_code == 0 and not signal:
-            state = "finished"
-        elif exit_code is None and not signal:
-            state = "lost"  # nothing is known
-        else:
-            state = "failed"
-        code = -signal if signal else exit_code
-        data = {"exit": exit_text(exit_code, signal)}
-        if tail:
-            data["tail"] = tail[-4096:]
-        return self._end(job, state, code, data)
-
-    def finished(self, job_id: str, state: str, exit_code: int | None = None,
-                 iterations: int | None = None, data: dict | None = None) -> Actions:
-        """A job ended by the daemon's own decision (cancelled while waiting, lost, a launch
-        that failed): its workers go back to the pool."""
-        job = self.jobs.get(job_id)
-        if job is None or job.state in TERMINAL or (job.state == "lost" and state == "lost"):
-            return Actions()
-        if iterations is not None:
-            job.iteration = iterations
-        return self._end(job, state, exit_code, data or {})
-
-    def _end(self, job: LiveJob, state: str, exit_code: int | None, data: dict) -> Actions:
-        was_running = job.state in ACTIVE
-        job.state, job.workers, job.gpu_ids = state, 0, ()
-        job.exit_code, job.reason = exit_code, data.get("exit")
-        out = Actions(changed=[job], events=[(job.id, state, {
-            "exit_code": exit_code, "iterations": job.iteration,
-            "busy_s": round(job.busy_s, 3), "wait_s": round(job.wait_s, 3), **data})])
-        if was_running:
-            # a finish waits in the completion buffer; a lost or failed job frees its
-            # workers at once (DESIGN.md: reclaimed and redistributed)
-            self._open(self.completion_window_s if state == "finished" else 0.0)
-        return out
-
-    def cancel(self, job_id: str) -> Actions:
-        """Cancel: a waiting job never starts; a running one is asked to stop at its next
-        batch boundary, and a launched one is signalled if it has not after the grace."""
-        job = self.jobs.get(job_id)
-        if job is None or job.state in TERMINAL:
-            return Actions()
-        if job.state in WAITING or job.state == "lost":
-            out = Actions()
-            if job.state == "lost" and job.supervisor == "launcher":
-                out.kill.append((job.id, signals.SIGKILL))  # whatever is left of it
-            job.cancel_at = self.clock()
-            out.extend(self._end(job, "cancelled", None, {
-                "exit": "never started" if job.state in WAITING else "cancelled while lost"}))
-            return out
-        if job.cancel_at is not None:
-            return Actions()
-        job.cancel_at = self.clock()
-        job.seq += 1
-        out = Actions(events=[(job.id, "cancel", {"seq": job.seq,
-                                                  "grace_s": self.cancel_grace_s})])
-        if job.registered:
-            out.send.append((job.id, Stop(seq=job.seq, grace_s=self.cancel_grace_s)))
-        elif job.supervisor == "launcher":
-            out.kill.append((job.id, signals.SIGTERM))  # no master yet to ask
-            job.signalled = signals.SIGTERM
-        return out
-
     def pause(self, job_id: str, checkpoint: bool = False) -> Actions:
         """Suspension or preemption (§III-C): the master pauses at its next batch boundary,
         releases its workers (checkpointing first if asked) and answers Paused."""
@@ -329,30 +170,20 @@ class Scheduler:
             out.extend(self.replan())
         return out
 
-    def _escalate(self, job: LiveJob, now: float) -> Actions:
-        """A cancelled job that has not stopped: a launched one gets SIGTERM after the
-        grace, then SIGKILL; one started by hand ends itself (its master does), and is
-        cancelled once it is no longer heard."""
-        late = now - job.cancel_at
-        if job.supervisor == "launcher":
-            if late > self.cancel_grace_s and job.signalled == 0:
-                job.signalled = signals.SIGTERM
-                return Actions(kill=[(job.id, signals.SIGTERM)])
-            if late > 2 * self.cancel_grace_s and job.signalled == signals.SIGTERM:
-                job.signalled = signals.SIGKILL
-                return Actions(kill=[(job.id, signals.SIGKILL)])
-            return Actions()
-        if now - job.last_seen > self.lost_timeout_s and late > self.lost_timeout_s:
-            return self._end(job, "cancelled", None, {"exit": "no longer heard after cancel"})
-        return Actions()
-
-    # -- decisions ---------------------------------------------------------------------
     def _open(self, window: float) -> None:
         due = self.clock() + window
         self.flush_at = due if self.flush_at is None else min(self.flush_at, due)
 
     def node_workers(self) -> int:
         return sum(j.workers for j in self.jobs.values() if j.state in ACTIVE)
+
+    def _recent_node_workers(self) -> int:
+        """D for a loading sample, recounted at most every 0.1 s: a thousand heartbeats a
+        second must not each sum over a thousand jobs."""
+        now = self.clock()
+        if self._node_workers is None or now - self._node_workers[0] > 0.1:
+            self._node_workers = (now, self.node_workers())
+        return self._node_workers[1]
 
     def _views(self, jobs: list[LiveJob]) -> list[PlanJob]:
         return [PlanJob(j.id, j.batch_size, j.gpus, j.flops_g, j.params_m, j.remaining_samples,
@@ -491,7 +322,7 @@ class Scheduler:
                 out.samples.append((job.id, TrainingSample(b, job.gpus, job.flops_g,
                                                            job.params_m, msg.step_s)))
             elif msg.workers > 0 and msg.samples_per_s > 0:
-                node = max(self.node_workers(), msg.workers)
+                node = max(self._recent_node_workers(), msg.workers)
                 out.samples.append((job.id, LoadingSample(msg.workers, node,
                                                           msg.samples_per_s)))
         return out

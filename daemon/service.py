@@ -51,6 +51,10 @@ class NodeService(Protocol):
 
     def jobs(self) -> list[JobView]: ...
 
+    def jobs_json(self) -> bytes:
+        """``jobs()`` as a JSON array (the node serves it from per-job caches)."""
+        ...
+
     def job(self, job_id: str) -> JobView | None: ...
 
     def cancel(self, job_id: str) -> JobView | None:
@@ -71,6 +75,10 @@ class NodeService(Protocol):
 
     def events(self, since: int, limit: int) -> list[dict]:
         """Events with id > ``since``: ``{"id", "t", "job", "kind", "data"}``."""
+        ...
+
+    def events_json(self, since: int, limit: int) -> bytes:
+        """``events(since, limit)`` as a JSON array."""
         ...
 
     def model(self) -> dict:

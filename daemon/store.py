@@ -296,6 +296,14 @@ class Store:
         return [{"id": i, "t": t, "job": job, "kind": kind, "data": json.loads(data)}
                 for i, t, job, kind, data in rows]  # fmt: skip
 
+    def events_json(self, since_id: int = 0, limit: int = 500) -> bytes:
+        """``events(since_id, limit)`` as a JSON array, its ``data`` as stored (not parsed)."""
+        rows = self._query("SELECT id, t, job, kind, data FROM events WHERE id > ? "
+                           "ORDER BY id LIMIT ?", (since_id, max(0, limit)))  # fmt: skip
+        return ("[" + ",".join(
+            f'{{"id":{i},"t":{t!r},"job":{json.dumps(job)},"kind":{json.dumps(kind)},'
+            f'"data":{data}}}' for i, t, job, kind, data in rows) + "]").encode()
+
     # -- samples -----------------------------------------------------------------------
     def add_sample(self, job: str | None, sample: TrainingSample | LoadingSample,
                    t: float | None = None) -> int:
@@ -333,25 +341,44 @@ class Store:
                 ids.append(int(cur.lastrowid))
         return ids
 
-    def samples(self, per_job: int | None = None) -> tuple[list[TrainingSample],
-                                                            list[LoadingSample]]:
+    def samples(self, per_job: int | None = None, newest: int | None = None
+                ) -> tuple[list[TrainingSample], list[LoadingSample]]:
         """Stored samples, oldest first: (training, loading); with ``per_job``, only each
-        job's newest that many of each kind, so no one job outweighs the node."""
+        job's newest that many of each kind, so no one job outweighs the node; with
+        ``newest``, only the newest that many of each kind (read as such, not cut after)."""
         cut = "" if per_job is None else f"WHERE n <= {int(per_job)}"
-        rows = self._query(
-            "SELECT kind, model, batch_size, gpus, flops_g, params_m, step_s, job_workers, "
-            "node_workers, loading_rate FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY job, "
-            f"kind ORDER BY id DESC) AS n FROM samples) {cut} ORDER BY id")
-        training, loading = [], []
-        for kind, name, b, n, f, m, s, d, total, rate in rows:
+        limit = "" if newest is None else f"LIMIT {int(newest)}"
+        out = []
+        for kind in ("training", "loading"):
+            rows = self._query(
+                "SELECT model, batch_size, gpus, flops_g, params_m, step_s, job_workers, "
+                "node_workers, loading_rate FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
+                f"job ORDER BY id DESC) AS n FROM samples WHERE kind = ?) {cut} "
+                f"ORDER BY id DESC {limit}", (kind,))
             if kind == "training":
-                sample = TrainingSample(batch_size=b, gpus=n, flops_g=f, params_m=m, step_s=s,
+                found = [TrainingSample(batch_size=b, gpus=n, flops_g=f, params_m=m, step_s=s,
                                         model=name or "")
-                (training if valid_sample(sample) else []).append(sample)
+                         for name, b, n, f, m, s, *_ in reversed(rows)]
             else:
-                sample = LoadingSample(job_workers=d, node_workers=total, loading_rate=rate)
-                (loading if valid_sample(sample) else []).append(sample)
-        return training, loading
+                found = [LoadingSample(job_workers=d, node_workers=total, loading_rate=rate)
+                         for *_, d, total, rate in reversed(rows)]
+            out.append([x for x in found if valid_sample(x)])
+        return out[0], out[1]
+
+    def prune_samples(self, per_job: int, per_kind: int) -> int:
+        """Forget samples a fit will never read: all but each job's newest ``per_job`` of
+        each kind, and all but the newest ``per_kind`` of each kind; returns how many went."""
+        with self._transaction() as db:
+            cur = db.execute(
+                "DELETE FROM samples WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() "
+                "OVER (PARTITION BY job, kind ORDER BY id DESC) AS n, ROW_NUMBER() OVER "
+                "(PARTITION BY kind ORDER BY id DESC) AS m FROM samples) WHERE n > ? OR m > ?)",
+                (int(per_job), int(per_kind)))
+            return cur.rowcount
+
+    def sample_counts(self) -> dict[str, int]:
+        """How many samples of each kind are stored: {"training": n, "loading": m}."""
+        return dict(self._query("SELECT kind, COUNT(*) FROM samples GROUP BY kind"))
 
     # -- fitted models -----------------------------------------------------------------
     def save_model(self, model_json: dict, t: float | None = None) -> int:

@@ -1,9 +1,11 @@
 """The launcher's supervisor: one small process per launched job that outlives the daemon.
 
-``python -m adloader.daemon.supervise STATUS -- COMMAND...`` starts COMMAND as its child
-(in its own process group, which the launcher made), waits for it and writes the exit
-status to STATUS atomically — ``{"exit_code": n}`` or ``{"signal": s}`` — as kubelet's
-container runtime keeps a container's status. A daemon that is down when the job ends
+``python -m adloader.daemon.supervise STATUS -- COMMAND...`` first records that it started
+(``STATUS.started``, before the command can run: a daemon that finds no such file knows
+the job never ran), then starts COMMAND as its child (in its own process group, which the
+launcher made), waits for it and writes the exit status to STATUS atomically —
+``{"exit_code": n}`` or ``{"signal": s}`` — as kubelet's container runtime keeps a
+container's status. A daemon that is down when the job ends
 reads it on restart, so a job that ran to the end is never reported lost. The supervisor
 ignores the termination signals the launcher sends the group (they reach the job itself)
 and exits with the job's status. Standard library only: it starts in milliseconds.
@@ -35,6 +37,11 @@ def main(argv: list[str]) -> int:
         print("usage: python -m adloader.daemon.supervise STATUS -- COMMAND...", file=sys.stderr)
         return 2
     status, command = argv[0], argv[2:]
+    try:
+        write_status(f"{status}.started", {"pid": os.getpid(), "t": time.time()})
+    except OSError as exc:  # not recorded: the command must not run
+        print(f"adloader: cannot record the job's start: {exc}", file=sys.stderr, flush=True)
+        return 125
     for sig in FORWARDED:  # a handler, not SIG_IGN: exec resets it, so the job gets default
         signal.signal(sig, lambda *_: None)
     try:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 
 from adloader.daemon.api import create_app
 from adloader.daemon.jobfile import load_jobspec_file
@@ -71,6 +73,12 @@ class FakeService:
         self._check()
         return {"policy": "optimal", "capacity": 16,
                 "jobs": {j: v.workers or 0 for j, v in self._jobs.items()}}  # fmt: skip
+
+    def jobs_json(self) -> bytes:
+        return TypeAdapter(list[JobView]).dump_json(self.jobs())
+
+    def events_json(self, since: int, limit: int) -> bytes:
+        return json.dumps(self.events(since, limit)).encode()
 
     def events(self, since: int, limit: int) -> list[dict]:
         self._check()

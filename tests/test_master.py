@@ -116,13 +116,15 @@ class Trainer(threading.Thread):
 
 
 class FakeDaemon(threading.Thread):
-    """A daemon loop on Broker: answers Register with an Allocation, records the rest."""
+    """A daemon loop on Broker: answers Register with an Allocation, records the rest; a
+    command for a job goes to the connection its messages last came from (as the daemon's)."""
 
     def __init__(self, endpoint, workers=3, heartbeat_s=0.05, answer=None):
         super().__init__(daemon=True)
         self.endpoint, self.workers, self.heartbeat_s = endpoint, workers, heartbeat_s
         self.answer = answer
         self.received: list = []
+        self.peers: dict[str, bytes] = {}  # job id -> routing id of its connection
         self.outbox: queue.Queue = queue.Queue()
         self.ready, self.done = threading.Event(), threading.Event()
         self.start()
@@ -136,19 +138,23 @@ class FakeDaemon(threading.Thread):
             while not self.done.is_set():
                 for ident, msg in broker.poll(5):
                     self.received.append((ident, msg))
+                    if hasattr(msg, "job"):
+                        self.peers[msg.job] = ident
                     if isinstance(msg, Register):
                         reply = self.answer or Allocation(seq=1, workers=self.workers,
                                                           heartbeat_s=self.heartbeat_s)
                         broker.send(ident, reply)
                 while not self.outbox.empty():
-                    ident, msg, result = self.outbox.get()
-                    result.put(broker.send(ident, msg))
+                    job, msg, result = self.outbox.get()
+                    ident = self.peers.get(job.decode() if isinstance(job, bytes) else job)
+                    result.put(ident is not None and broker.send(ident, msg))
         finally:
             broker.close()
 
-    def send(self, ident, msg) -> bool:
+    def send(self, job, msg) -> bool:
+        """Send ``msg`` to job ``job`` (its id, as bytes or str)."""
         result: queue.Queue = queue.Queue()
-        self.outbox.put((ident, msg, result))
+        self.outbox.put((job, msg, result))
         return result.get(timeout=5)
 
     def messages(self, kind):

@@ -204,3 +204,13 @@ def test_only_finite_in_bounds_samples_are_stored_and_no_job_outweighs_the_node(
         store.add_samples("quiet", [LoadingSample(2, 8, 7.0)])
         _, loading = store.samples(per_job=5)
         assert [s.loading_rate for s in loading] == [145.0, 146.0, 147.0, 148.0, 149.0, 7.0]
+
+
+def test_pruning_keeps_what_a_fit_reads(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        for j in range(5):
+            store.add_samples(f"j{j}", [LoadingSample(1, 8, float(i + 1)) for i in range(30)])
+        assert store.prune_samples(per_job=10, per_kind=40) == 130
+        assert store.sample_counts() == {"loading": 20}  # j4's and j3's newest ten
+        _, loading = store.samples(per_job=3, newest=5)
+        assert [s.loading_rate for s in loading] == [29.0, 30.0, 28.0, 29.0, 30.0]

@@ -43,6 +43,22 @@ def test_a_second_daemon_on_the_same_state_dir_changes_nothing(tmp_path):
         first.stop()
 
 
+def test_the_daemon_never_loads_torch_or_scikit_learn(tmp_path):
+    """The daemon's memory is its own: features come from a table (or a child process), the
+    TPM is fitted in a child process, a linear F_μ and a staged F_λ are read back as numbers."""
+    import psutil
+
+    d = Daemon(tmp_path / "state").start()
+    try:
+        job = d.submit("one", iterations=10)
+        wait_for(lambda: d.state(job) == "finished", 90, "a job to run")
+        loaded = {m.path for m in psutil.Process(d.proc.pid).memory_maps()}
+        for package in ("torch", "sklearn", "scipy", "matplotlib"):
+            assert not [p for p in loaded if f"/{package}/" in p], package
+    finally:
+        d.stop()
+
+
 def test_sigterm_is_a_graceful_stop_and_jobs_reattach(tmp_path):
     d = Daemon(tmp_path / "state").start()
     job = d.submit("survivor", iterations=100000, step_scale=2.0)

@@ -88,7 +88,8 @@ def test_a_stolen_routing_id_hears_nothing_and_the_job_is_not_lost(daemon, tmp_p
         r = daemon.http.post(f"/v1/jobs/{victim}/pause")
         assert r.status_code == 200, r.text
         wait_for(lambda: daemon.state(victim) == "paused", 30, "the real job to pause")
-        assert thief.received(1.0) == []  # neither the pause nor a refusal reached it
+        heard = thief.received(1.0)  # the refusal of its own guess; never the victim's pause
+        assert [m.type for m in heard] == ["refused"], heard
     assert daemon.http.post(f"/v1/jobs/{victim}/resume").status_code == 200
     held = daemon.job(victim)["iteration"]
     wait_for(lambda: daemon.job(victim)["iteration"] > held + 3, 30, "the victim to go on")
@@ -185,7 +186,8 @@ def test_a_tenant_script_gets_only_its_own_token(daemon, tmp_path):
 
 def test_a_job_started_by_hand_is_heard_again_after_the_daemon_restarts(daemon, tmp_path):
     """A job started by hand keeps its identity across a daemon restart: its heartbeats,
-    proved with its token, reach the new daemon (a new connection takes over by proof)."""
+    proved with its token, reach the new daemon (a new connection takes over by proof) —
+    even when another process squats on the job's id as a routing id meanwhile."""
     import subprocess
 
     cmd = attached_script(tmp_path, "hand.py")
@@ -196,13 +198,19 @@ def test_a_job_started_by_hand_is_heard_again_after_the_daemon_restarts(daemon, 
     try:
         wait_for(lambda: (daemon.job("by-hand-1") or {}).get("iteration"), 30, "it to attach")
         daemon.kill()
+        squatter = RawMaster(daemon.endpoint, identity=b"by-hand-1")  # waits to reconnect
         again = Daemon(daemon.state_dir, port=daemon.port).start()
         try:
+            squatter.send(b"hello")  # it is connected, and is heard: a malformed frame
+            wait_for(lambda: again.metric("adloader_dropped_frames_total") >= 1, 10,
+                     "the squatter to be connected")
             seen = again.job("by-hand-1")["iteration"] or 0
             wait_for(lambda: (again.job("by-hand-1")["iteration"] or 0) > seen, 30,
                      "its heartbeats to reach the new daemon")
             assert again.metric("adloader_refused_messages_total") == 0
+            assert squatter.received(0.5) == []
         finally:
+            squatter.close()
             again.stop()
     finally:
         proc.kill()

@@ -1,0 +1,83 @@
+"""What the scheduler tracks of each job (``LiveJob``), what one scheduler step asks the node
+to do (``Actions``), and the job states (A-Dloader §III-C's life cycle, made truthful)."""
+
+from __future__ import annotations
+
+import signal as signals
+from dataclasses import dataclass, field
+
+from adloader.protocol import Finish
+from adloader.samples import LoadingSample, TrainingSample
+
+ACTIVE = ("running", "paused")
+WAITING = ("buffered", "queued")
+TERMINAL = ("finished", "failed", "cancelled")  # never left again
+ENDED = (*TERMINAL, "lost")
+RESERVED_ID = "j-"  # ids the daemon gives submitted jobs; a job started by hand may not
+
+
+@dataclass
+class LiveJob:
+    """What the scheduler tracks of one job."""
+
+    id: str
+    token_digest: str
+    batch_size: int
+    gpus: int
+    flops_g: float
+    params_m: float
+    iterations: int | None
+    requested: int | None = None
+    origin: str = "rest"  # rest | attached
+    state: str = "buffered"
+    workers: int = 0
+    gpu_ids: tuple[int, ...] = ()
+    seq: int = 0  # last command sent
+    iteration: int = 0
+    throughput: float = 0.0
+    step_s: float = 0.0
+    data_wait_s: float = 0.0
+    last_seen: float = 0.0
+    submitted: float = 0.0
+    registered: bool = False  # heard from its master: only then can it be lost
+    exit_code: int | None = None
+    reason: str | None = None  # how it ended, in words
+    supervisor: str | None = None  # "launcher" or "run": who reports the exit status
+    peer: bytes | None = None  # the connection that last proved the token
+    ending_since: float | None = None  # its master said Finish; the exit status is awaited
+    finish: Finish | None = None  # what the master said
+    cancel_at: float | None = None  # a cancel was asked at this time
+    signalled: int = 0  # signals sent to stop it (launched jobs): 0, SIGTERM, SIGKILL
+    busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
+    wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
+
+    @property
+    def remaining_samples(self) -> float:
+        left = float(self.iterations or 10 * (self.iteration + 100)) - self.iteration
+        return max(left, 1.0) * self.batch_size
+
+
+@dataclass
+class Actions:
+    """What a scheduler step asks the node to do."""
+
+    launch: list[LiveJob] = field(default_factory=list)
+    send: list[tuple[str, object]] = field(default_factory=list)  # (job id, message)
+    reply: list[tuple[bytes, object]] = field(default_factory=list)  # (sender, message)
+    kill: list[tuple[str, int]] = field(default_factory=list)  # (job id, signal) launched jobs
+    events: list[tuple[str | None, str, dict]] = field(default_factory=list)
+    samples: list[tuple[str, TrainingSample | LoadingSample]] = field(default_factory=list)
+    changed: list[LiveJob] = field(default_factory=list)  # jobs whose record changed
+
+    def extend(self, other: Actions) -> None:
+        for name in ("launch", "send", "reply", "kill", "events", "samples", "changed"):
+            getattr(self, name).extend(getattr(other, name))
+
+
+def exit_text(exit_code: int | None, signal: int | None) -> str:
+    if signal:
+        try:
+            return f"killed by {signals.Signals(signal).name}"
+        except ValueError:
+            return f"killed by signal {signal}"
+    return "exit status unknown" if exit_code is None else f"exit code {exit_code}"
