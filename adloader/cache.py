@@ -20,6 +20,7 @@ what leaves. ``simulate(policy, sequence, capacity, **kw)`` runs a policy from `
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -311,3 +312,13 @@ def simulate(policy, sequence, capacity: int, **kw) -> CacheStats:
     if isinstance(sequence, NodeSequence) and fn in _STEPPED:
         return fn(sequence, int(capacity), **kw)
     return fn(seq, int(capacity), **kw)
+
+
+def lru_expected(fraction: float) -> float:
+    """E[LRU hit ratio] for uniformly shuffled epochs at cache fraction c (epochs ≥ 2).
+
+    Sample read at epoch fraction u, again at v of the next epoch: the window holds
+    ≈ N(1 − u(1 − v)) distinct samples, a hit iff u(1 − v) > 1 − c; u, v ~ U(0, 1).
+    """
+    c = min(max(fraction, 0.0), 1.0)
+    return c + (1 - c) * math.log1p(-c) if c < 1 else 1.0

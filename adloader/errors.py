@@ -11,3 +11,7 @@ class StorageError(RuntimeError):
 
 class DaemonBusy(RuntimeError):
     """Another daemon already owns the state directory or the address."""
+
+
+class DaemonUnavailable(RuntimeError):
+    """The daemon cannot be reached, or failed to serve (a 5xx): not the user's fault."""

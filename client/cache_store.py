@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import threading
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ import psutil
 from adloader.client.cache_policy import NEVER, Access, AccessPlan, make_policy
 from adloader.client.shm_arena import EMPTY, SampleArena, budget_for
 from adloader.errors import InputError
+from adloader.host.atomic import write_bytes
 
 SOURCES = ("ram", "disk", "staged", "storage")  # where an access was served from
 Load = Callable[[int], tuple[bytes, str]]  # sample → (bytes, "staged" | "storage")
@@ -231,12 +231,9 @@ class SharedSampleCache:
                 return
             self._disk_drop(v)
         path = self._disk_path(i)
-        tmp = path.with_name(f".{i}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            write_bytes(path, data)
         except OSError:
-            tmp.unlink(missing_ok=True)
             return  # a full or failing disk only loses a cache entry
         dlen[i] = n
         dkey[i] = key

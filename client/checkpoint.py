@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from adloader.errors import InputError
+from adloader.host.atomic import atomic_path
 
 
 def checkpoint_path(directory: str | os.PathLike, job: str) -> Path:
@@ -28,16 +28,8 @@ def save_checkpoint(path: str | os.PathLike, payload: dict) -> Path:
 
     target = Path(path)
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(target, mode=0o600, fsync=True) as tmp:
+        torch.save(payload, tmp)
     return target
 
 

@@ -26,8 +26,8 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 import psutil
 
-from adloader.client.file_lock import FileLock
-from adloader.errors import InputError
+from adloader.errors import InputError, StorageError
+from adloader.host.file_lock import FileLock
 
 EMPTY = np.iinfo(np.int64).min  # key of an absent sample
 HEADER = 16
@@ -155,8 +155,8 @@ class SampleArena:
         try:
             self.shm = shared_memory.SharedMemory(name=name)
         except FileNotFoundError:
-            raise InputError(f"{self.what}: shared segment {name!r} does not exist "
-                             "(was the cache closed?)") from None
+            raise StorageError(f"{self.what}: shared segment {name!r} does not exist "
+                               "(was the cache closed?)") from None
         # Python < 3.13 registers an attached segment with this process's resource tracker,
         # which would unlink it when this process exits: only the creator owns it.
         with contextlib.suppress(Exception):
@@ -166,7 +166,7 @@ class SampleArena:
         if head[MAGIC] != MAGIC_VALUE or head[NFIELDS] != len(self.fields_names):
             del head
             self.shm.close()
-            raise InputError(f"{self.what}: shared segment {name!r} is not a sample arena")
+            raise StorageError(f"{self.what}: shared segment {name!r} is not a sample arena")
         budget, size, blocks, bb, counters = (self.shm.size, int(head[SIZE]), int(head[BLOCKS]),
                                               int(head[BLOCK_BYTES]), int(head[NCOUNTERS]))
         del head

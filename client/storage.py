@@ -23,15 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-from adloader.client.file_lock import FileLock
 from adloader.errors import InputError
+from adloader.host.file_lock import FileLock
 
 LINK = struct.Struct("<dqq")  # busy until (CLOCK_MONOTONIC seconds), bytes, reads
 MB = 1e6
 
 
-class SampleReadError(InputError):
-    """A sample's bytes cannot be read (missing, unreadable, truncated storage)."""
+class SampleReadError(OSError):
+    """A sample's bytes cannot be read (missing, unreadable, truncated storage): an I/O
+    failure of the data, not a user's bad input."""
 
 
 class LocalDirectorySource:

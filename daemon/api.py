@@ -1,6 +1,7 @@
 """The daemon's REST API (FastAPI; OpenAPI at ``/docs``) over a NodeService.
 
-Every route but ``/healthz`` (and the docs) needs ``Authorization: Bearer TOKEN``. Errors are
+Every route but ``/healthz`` (and the docs, and ``/ui``'s page and login: ``daemon.ui``)
+needs ``Authorization: Bearer TOKEN``; a GET may show ``/ui``'s session cookie instead. Errors are
 ``{"detail": "one line"}``: 400/422 for a bad request (naming the field), 401 without the
 token, 404 for an unknown job, 413 for a body over ``limits.MAX_BODY_BYTES``, 503 when the
 node fails to serve (its store cannot be written, say) — never a 500. A submit that must
@@ -23,9 +24,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 import adloader
 from adloader import limits
 from adloader.errors import InputError, StorageError
-from adloader.jobspec import JobSpec, describe_error
+from adloader.rest import JobSpec, JobView, describe_error
 
-from .service import JobView, NodeService
+from . import ui
+from .service import NodeService
 
 log = logging.getLogger("adloader.daemon.api")
 T = TypeVar("T")
@@ -103,12 +105,15 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         raise ValueError("the API needs a non-empty bearer token")
     expected = token.encode()
     app = FastAPI(title="adloader", version=adloader.__version__,
-                  description="Share a node's data-loading workers among its training jobs.")
+                  description="Share a node's data-loading workers among its training jobs.",
+                  docs_url=None, redoc_url=None)  # /docs from local files: daemon.ui
     bearer = HTTPBearer(auto_error=False, description="the daemon's token file")
 
-    def authorize(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    def authorize(request: Request,
+                  creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
         given = creds.credentials.encode() if creds else b""
-        if not hmac.compare_digest(given, expected):
+        # /ui's session cookie stands in for the token on reads (GET) only: daemon.ui
+        if not (hmac.compare_digest(given, expected) or ui.cookie_authorizes(request, expected)):
             raise HTTPException(401, "missing or wrong bearer token",
                                 headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
 
@@ -194,6 +199,7 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         return call("fitting the model", service.fit_model)
 
     app.include_router(v1)
+    app.include_router(ui.router(expected, app.openapi_url, app.title))  # /ui and /docs
     app.add_middleware(BodyLimit, limit=limits.MAX_BODY_BYTES)
 
     @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(authorize)],

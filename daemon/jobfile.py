@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path, PurePath
 
 from adloader.errors import InputError
-from adloader.jobspec import JobSpec, parse_jobspec
+from adloader.rest import JobSpec, parse_jobspec
 
 
 def read_jobspec_toml(path: str | Path) -> dict:

@@ -9,14 +9,15 @@ What was counted is kept in ``STATE_DIR/model-features.json`` for later lookups.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import subprocess
 import threading
 from dataclasses import asdict
 from pathlib import Path
 
 from adloader.errors import InputError
+from adloader.host.atomic import write_json
 from adloader.models.features import (
     MEASURE_COMMAND,
     ModelFeatures,
@@ -73,9 +74,5 @@ class FeatureCounter:
         if self.cache_path is None:
             return
         rows = {f"{f.name}@{f.image_size}": asdict(f) for f in measured()}
-        tmp = self.cache_path.with_name(self.cache_path.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps(rows))
-            os.replace(tmp, self.cache_path)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            write_json(self.cache_path, rows, indent=None)

@@ -24,8 +24,8 @@ from dataclasses import replace
 from adloader.config import DaemonConfig
 from adloader.errors import StorageError
 from adloader.host.cpu_group import cpu_group
-from adloader.jobspec import JobSpec
 from adloader.protocol import ProtocolError
+from adloader.rest import JobSpec
 from adloader.throughput import ThroughputModel
 
 from .broker import Broker

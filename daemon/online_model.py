@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from adloader.errors import InputError, StorageError
+from adloader.host.atomic import write_json
 from adloader.throughput import ThroughputModel
 
 from .refit import MIN_REAL, fit_in_child
@@ -40,7 +40,7 @@ def prior_model(profile_name: str, cache: Path | None = None) -> ThroughputModel
     ``daemon.refit``) from noisy samples of a device profile (``paper`` unless configured;
     ``adloader profile`` measures this one), and kept in ``cache`` for the next start while
     the profile stays the same."""
-    from adloader.workloads.profile import load_profile
+    from adloader.sim.profile import load_profile
 
     name = profile_name or "paper"
     digest = hashlib.sha256(json.dumps(asdict(load_profile(name)), sort_keys=True,
@@ -53,9 +53,7 @@ def prior_model(profile_name: str, cache: Path | None = None) -> ThroughputModel
     model = fit_in_child({"prior": name})
     if cache is not None:
         with contextlib.suppress(OSError):
-            tmp = cache.with_name(cache.name + ".tmp")
-            tmp.write_text(json.dumps({"profile": digest, "model": model}))
-            os.replace(tmp, cache)
+            write_json(cache, {"profile": digest, "model": model}, indent=None)
     return ThroughputModel.from_json(model)
 
 

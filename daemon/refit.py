@@ -35,8 +35,8 @@ def fit(request: dict) -> dict:
     seed = int(request.get("seed", 0))
     prior = request["prior"]
     if isinstance(prior, str):
-        from adloader.workloads import synth
-        from adloader.workloads.profile import load_profile
+        from adloader.sim import synth
+        from adloader.sim.profile import load_profile
 
         training, loading = synth.samples(load_profile(prior or "paper"), seed)
         return ThroughputModel.fit(training, loading, seed).to_json()

@@ -216,7 +216,9 @@ class Scheduler(EndingsMixin):
         out.events.append((None, "plan", {"workers": decision.workers,
                                           "resized": decision.resized,
                                           "launched": decision.launched,
-                                          "queued": decision.queued}))
+                                          "queued": decision.queued,
+                                          "predicted": {k: round(v, 1) for k, v in
+                                                        decision.predicted.items()}}))
         for job_id in decision.queued:
             job = self.jobs[job_id]
             if job.state != "queued":

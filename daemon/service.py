@@ -1,4 +1,4 @@
-"""What the REST API asks of the node: the NodeService protocol and the JobView it returns.
+"""What the REST API asks of the node: the NodeService protocol (it returns ``rest.JobView``).
 
 The API (``daemon.api``) only speaks to this protocol; ``daemon.node`` implements it over the
 scheduler, broker and store, and tests implement it in memory.
@@ -6,40 +6,9 @@ scheduler, broker and store, and tests implement it in memory.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
-from adloader.jobspec import JobSpec
-
-
-class JobView(BaseModel):
-    """A job as the API shows it: its record, plus its live throughput and iteration."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    name: str
-    state: str
-    workers: int | None = None
-    pid: int | None = None
-    exit_code: int | None = None  # negative: killed by that signal
-    reason: str | None = None  # how it ended ("exit code 3", "killed by SIGKILL", ...)
-    submitted_at: float
-    started_at: float | None = None
-    finished_at: float | None = None
-    spec: JobSpec
-    throughput: float | None = None  # samples/s over the last heartbeat interval
-    iteration: int | None = None
-
-    @classmethod
-    def from_record(cls, record: Any, throughput: float | None = None,
-                    iteration: int | None = None) -> JobView:
-        """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes)."""
-        fields = ("id", "name", "state", "workers", "pid", "exit_code", "reason",
-                  "submitted_at", "started_at", "finished_at", "spec")  # fmt: skip
-        return cls(**{f: getattr(record, f, None) for f in fields}, throughput=throughput,
-                   iteration=iteration)  # fmt: skip
+from adloader.rest import JobSpec, JobView
 
 
 class NodeService(Protocol):

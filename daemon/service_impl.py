@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from adloader.errors import InputError
+from adloader.rest import JobView
 
 from .scheduler import ACTIVE
-from .service import JobView
 
 
 class NodeServiceMixin:

@@ -13,23 +13,19 @@ and exits with the job's status. Standard library only: it starts in millisecond
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 
+from adloader.host.atomic import write_json
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def write_status(path: str, status: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(status, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json(path, status, indent=None, fsync=True)
 
 
 def main(argv: list[str]) -> int:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from adloader.errors import InputError
+from adloader.host.atomic import write_json
 
 from .names import PAPER_MODELS, parse
 
@@ -117,16 +117,7 @@ def regenerate(path: str | os.PathLike | None = None) -> Path:
         del row["name"]
         table[name] = row
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(table, f, indent=1)
-            f.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the table ships with the package
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(target, table, indent=1, mode=0o644)  # it ships with the package
     if target.resolve() == default_path().resolve():
         _table.cache_clear()
     return target

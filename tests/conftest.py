@@ -1,8 +1,8 @@
 import pytest
 
 from adloader import cli
-from adloader.workloads import synth
-from adloader.workloads.profile import load_profile
+from adloader.sim import synth
+from adloader.sim.profile import load_profile
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +26,31 @@ def run(capsys):
         return code, out, err
 
     return _run
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test(request, tmp_path_factory):
+    """A daemon stops gracefully and leaves its jobs training (as it should): a test's jobs,
+    supervisors and daemons — every process whose command line names the test's temporary
+    folder — are killed when the test ends, so no test slows the next."""
+    yield
+    import contextlib
+    import os
+    import re
+    import signal
+
+    import psutil
+
+    base = str(tmp_path_factory.getbasetemp())
+    folder = os.path.join(base, re.sub(r"[\W]", "_", request.node.name)[:30])
+    mine = os.getpgid(0)
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.pid != os.getpid() and any(folder in part
+                                               for part in proc.info["cmdline"] or ()):
+                group = os.getpgid(proc.pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if group == mine:  # started in our group (a daemon): that process only
+                        os.kill(proc.pid, signal.SIGKILL)
+                    else:  # a job under its supervisor: the whole group
+                        os.killpg(group, signal.SIGKILL)

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from adloader.daemon.process import DaemonProcess, free_port  # noqa: F401  (for the tests)
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
@@ -32,67 +24,17 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
-class Daemon:
+class Daemon(DaemonProcess):
+    """A real daemon for a test: small windows and fast heartbeats, test helpers on top."""
+
     def __init__(self, state_dir: Path, capacity: int = 4, gpus: int = 2, window: float = 0.3,
                  heartbeat: float = 0.25, port: int | None = None, extra: tuple = (),
                  wrap: tuple = ()):
-        self.state_dir, self.port = Path(state_dir), port or free_port()
-        self.args = [*wrap, sys.executable, "-m", "adloader.cli", "daemon", "--state-dir",
-                     str(state_dir), "--port", str(self.port), "--capacity", str(capacity),
-                     "--gpus", str(gpus), "--arrival-window", str(window),
-                     "--completion-window", str(window), "--heartbeat", str(heartbeat),
-                     *extra]
-        self.proc: subprocess.Popen | None = None
-
-    def path(self, name: str) -> Path:
-        """A file of the state dir as the daemon sees it (through /proc/PID/root when the
-        daemon runs in a mount namespace of its own)."""
-        return Path(f"/proc/{self.proc.pid}/root{self.state_dir}") / name
-
-    @property
-    def endpoint(self) -> str:
-        return f"ipc://{self.state_dir / 'control.sock'}"
-
-    @property
-    def log(self) -> str:
-        return self.state_dir.with_suffix(".daemon.log").read_text(errors="replace")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Daemon:
-        log = open(self.state_dir.with_suffix(".daemon.log"), "ab")  # noqa: SIM115
-        env = dict(os.environ, ADLOADER_GPU_LOCK_DIR=str(self.state_dir.parent))
-        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env)
-        wait_for(self._healthy, 60, "the daemon to answer /healthz")
-        self.token = self.path("token").read_text().strip()
-        self.http = httpx.Client(base_url=self.url,
-                                 headers={"Authorization": f"Bearer {self.token}"}, timeout=10)
-        return self
-
-    def _healthy(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {self.proc.returncode}")
-        try:
-            return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> int | None:
-        """SIGTERM (a graceful stop), SIGKILL if it takes over 10 s; the exit status."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode if self.proc else None
+        args = ["--capacity", str(capacity), "--gpus", str(gpus), "--arrival-window",
+                str(window), "--completion-window", str(window), "--heartbeat", str(heartbeat),
+                *extra]
+        env = dict(os.environ, ADLOADER_GPU_LOCK_DIR=str(Path(state_dir).parent))
+        super().__init__(state_dir, args, port=port, wrap=wrap, env=env)
 
     def train_command(self, model: str = "smResnet20", batch: int = 8, iterations: int = 30,
                       step_scale: float = 1.0) -> list[str]:

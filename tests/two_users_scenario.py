@@ -51,6 +51,7 @@ def needed_paths() -> set[str]:
     import sysconfig
 
     import adloader
+    import adloader.bench
     import adloader.client
     import adloader.daemon
     import adloader.models
@@ -59,7 +60,8 @@ def needed_paths() -> set[str]:
     found = [PY, sys.prefix, sys.base_prefix, sys.exec_prefix, str(HERE),
              *sysconfig.get_paths().values(), *(p for p in sys.path if p),
              *(os.path.dirname(m.__file__) for m in (adloader, adloader.client, adloader.daemon,
-                                                     adloader.models, adloader.workloads))]
+                                                     adloader.models, adloader.workloads,
+                                                     adloader.bench))]
     out = set()
     for path in found:
         if os.path.exists(path):
@@ -379,7 +381,7 @@ class Scenario:
         endpoint = f"ipc://{sock_path}"
         state = self.base / f"u{DAEMON}" / "state"
         port = free_port()
-        daemon = self.spawn(DAEMON, [PY, "-m", "adloader.cli", "daemon", "--state-dir",
+        daemon = self.spawn(DAEMON, [PY, "-m", "adloader", "daemon", "--state-dir",
                                      str(state), "--port", str(port), "--capacity", "2",
                                      "--gpus", "1", "--arrival-window", "0.3",
                                      "--completion-window", "0.3", "--heartbeat", "0.5",
@@ -415,7 +417,7 @@ class Scenario:
         train = home / "train.py"
         train.write_text(TRAIN.replace("{stop!r}", repr(str(stop))))
         os.chown(train, TENANT, TENANT)
-        run = self.spawn(TENANT, [PY, "-m", "adloader.cli", "run", "--", PY, str(train)],
+        run = self.spawn(TENANT, [PY, "-m", "adloader", "run", "--", PY, str(train)],
                          "tenant.log", ADLOADER_ENDPOINT=endpoint)
 
         def hand_job():

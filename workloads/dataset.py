@@ -9,7 +9,6 @@ t_read + t_pre per sample).
 from __future__ import annotations
 
 import math
-import os
 import random
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from adloader.errors import InputError
+from adloader.host.atomic import atomic_path
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -63,9 +63,8 @@ def ensure_images(
     for index in range(count):
         path = image_path(root, index)
         if not path.exists():
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            _render(index, image_size, seed).save(tmp, format="JPEG", quality=JPEG_QUALITY)
-            os.replace(tmp, path)
+            with atomic_path(path) as tmp:
+                _render(index, image_size, seed).save(tmp, format="JPEG", quality=JPEG_QUALITY)
         paths.append(path)
     return paths
 

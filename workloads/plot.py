@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from adloader.host.atomic import atomic_path
 
 
 def _draw(ax, result: dict, colors: dict[str, object]) -> None:
@@ -55,8 +56,7 @@ def plot_timelines(results: Sequence[dict], path: str | Path, title: str = "") -
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
     return path

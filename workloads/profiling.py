@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from adloader.errors import InputError
 from adloader.samples import LoadingSample, TrainingSample
-from adloader.workloads.profile import DeviceProfile
+from adloader.sim.profile import DeviceProfile
 
 CPU_MODELS = ("smResnet20", "mdResnet12", "smVGG7", "smResnet32")
 CPU_BATCHES = (4, 8, 16)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.progress import Progress
 
-from adloader.workloads.trace import Trace
+from adloader.sim.trace import Trace
 
 FINAL = ("finished", "failed", "lost", "cancelled")
 

@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from adloader.errors import InputError
+from adloader.host.atomic import atomic_path
 from adloader.samples import CSV_COLUMNS, LoadingSample, TrainingSample
 
 _TRAINING = {"batch_size": int, "gpus": int, "flops_g": float, "params_m": float, "step_s": float}
@@ -20,9 +20,7 @@ _LOADING = {"job_workers": int, "node_workers": int, "loading_rate": float}
 
 def write_samples(path: str | Path, samples: Iterable[TrainingSample | LoadingSample]) -> None:
     """Write samples atomically (temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         for s in samples:
@@ -33,7 +31,6 @@ def write_samples(path: str | Path, samples: Iterable[TrainingSample | LoadingSa
                 row = {"kind": "loading"}
                 row.update({k: getattr(s, k) for k in _LOADING})
             writer.writerow(row)
-    os.replace(tmp, path)
 
 
 def _field(row: dict, line: int, name: str, kind: type) -> int | float:

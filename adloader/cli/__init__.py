@@ -1,0 +1,75 @@
+"""The ``adloader`` command line: one module per group of commands, imported only when one of
+its commands runs (``adloader jobs`` never loads torch or scikit-learn; ``adloader --help``
+imports no command at all). Each module exposes ``register(subparsers)``, which adds its
+parsers and sets ``func`` (called with the parsed namespace, returns an exit code). Nothing
+outside this package imports it. Flags read environment variables only where
+``_options`` names one explicitly (``adloader.env``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from adloader.errors import DaemonBusy, DaemonUnavailable, InputError, StorageError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("adloader.cli.sim", "a live daemon running real jobs, then the static mix"),
+    "daemon": ("adloader.cli.daemon", "run the node daemon (REST + ZeroMQ control channel)"),
+    "run": ("adloader.cli.daemon", "run a training command as a job of the daemon"),
+    "submit": ("adloader.cli.jobs", "submit a training job to the daemon"),
+    "jobs": ("adloader.cli.jobs", "list the daemon's jobs"),
+    "logs": ("adloader.cli.jobs", "a job's output (-f to follow it)"),
+    "cancel": ("adloader.cli.jobs", "cancel a job"),
+    "pause": ("adloader.cli.jobs", "suspend a running job"),
+    "resume": ("adloader.cli.jobs", "resume a paused job"),
+    "replay": ("adloader.cli.replay", "replay a trace against a running daemon"),
+    "sim": ("adloader.cli.sim", "simulate a trace on one node under a policy"),
+    "bench": ("adloader.cli.bench", "benchmarks with ratios against a same-run baseline"),
+    "workload": ("adloader.cli.traces", "generate, check and list workload traces"),
+    "profile": ("adloader.cli.profile", "measure this machine's loading and step times"),
+    "tpm": ("adloader.cli.tpm", "the throughput prediction model: samples, fit"),
+    "models": ("adloader.cli.zoo", "the model zoo and its FLOPs/parameter table"),
+}
+ALIASES = {"model": "tpm"}  # old names, kept working but not listed
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with a known ``command``, only its module is imported and registered."""
+    parser = argparse.ArgumentParser(
+        prog="adloader",
+        description="Share a node's data-loading workers among its training jobs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    command = ALIASES.get(command, command)
+    if command in COMMANDS:
+        importlib.import_module(COMMANDS[command][0]).register(sub)
+    else:
+        for name, (_, text) in COMMANDS.items():
+            sub.add_parser(name, help=text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (InputError, StorageError, DaemonBusy) as exc:
+        return _error(exc, 2)
+    except DaemonUnavailable as exc:  # not the user's fault
+        return _error(exc, 1)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _error(exc: Exception, code: int) -> int:
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    print(f"adloader: error: {lines[-1] if len(lines) > 1 else lines[0]}", file=sys.stderr)
+    return code

@@ -1,0 +1,218 @@
+"""``adloader submit | jobs | cancel | pause | resume | logs``: a running daemon's jobs, over
+its REST API (``daemon.rest_client.DaemonClient``).
+
+The daemon is at ``--url`` (ADLOADER_URL, default http://127.0.0.1:7070); its bearer token
+comes from ADLOADER_TOKEN, else ``--token-file`` (default: the daemon config's token path).
+A spec is validated by the daemon, whose one-line answer is shown as the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from adloader.errors import InputError
+
+from . import _options, _output
+
+_SPEC_FLAGS = ("name", "model", "batch_size", "gpus", "iterations", "epochs", "workers", "cwd")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``submit``, ``jobs``, ``cancel``, ``pause``, ``resume`` and ``logs``."""
+    common = _options.daemon_options()
+
+    p = sub.add_parser("submit", parents=[common], help="submit a training job to the daemon",
+                       usage="%(prog)s [options] (JOB.toml | -- COMMAND...)")  # fmt: skip
+    p.add_argument("argv", nargs="*", metavar="JOB.toml | -- COMMAND",
+                   help="a job file, or the job's command after --")  # fmt: skip
+    p.add_argument("--name", help="job name (default: the model or the program's name)")
+    p.add_argument("--model", help="zoo model the job trains, e.g. Resnet18")
+    p.add_argument("--batch-size", type=int, help="per-GPU batch size b")
+    p.add_argument("--gpus", type=int, help="GPUs n (default 1)")
+    p.add_argument("--iterations", type=int, help="training iterations")
+    p.add_argument("--epochs", type=int, help="training epochs")
+    p.add_argument("--workers", type=int, help="loading workers asked for")
+    p.add_argument("--cwd", help="working folder (default: the current one)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="an environment variable for the job (repeatable)")  # fmt: skip
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the job id")
+    p.set_defaults(func=_submit)
+
+    p = sub.add_parser("jobs", parents=[common], help="list the daemon's jobs")
+    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    p.set_defaults(func=_jobs)
+
+    p = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    p.add_argument("job", metavar="ID", help="job id, e.g. j-000001")
+    p.set_defaults(func=_cancel)
+
+    p = sub.add_parser("pause", parents=[common], help="suspend a running job")
+    p.add_argument("job", metavar="ID")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="save model, optimizer and loader state before pausing")
+    p.set_defaults(func=_pause)
+
+    p = sub.add_parser("resume", parents=[common], help="resume a paused job")
+    p.add_argument("job", metavar="ID")
+    p.set_defaults(func=_resume)
+
+    p = sub.add_parser("logs", parents=[common], help="a job's output")
+    p.add_argument("job", metavar="ID", help="job id, e.g. j-000001")
+    p.add_argument("--tail", type=int, default=64 * 1024, metavar="BYTES",
+                   help="show at most the last BYTES bytes (default 65536)")  # fmt: skip
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing the output as the job writes it, until it ends")
+    p.set_defaults(func=_logs)
+
+
+# -- submit ----------------------------------------------------------------------------
+def job_body(args: argparse.Namespace) -> tuple[dict, str]:
+    """The JSON body for ``POST /v1/jobs`` from a job file and/or flags, and its origin."""
+    from adloader.daemon.jobfile import read_jobspec_toml
+
+    argv = list(args.argv)
+    if argv and argv[0].endswith(".toml"):
+        origin, body = argv[0], read_jobspec_toml(argv[0])
+        argv = argv[1:]
+    else:
+        origin, body = "job", {}
+    if argv:
+        body["command"] = argv
+    for flag in _SPEC_FLAGS:
+        value = getattr(args, flag)
+        if value is not None:
+            body[flag] = str(Path(value).resolve()) if flag == "cwd" else value
+    if args.env:
+        env = body.get("env", {})
+        if not isinstance(env, dict):
+            raise InputError(f"{origin}: field 'env': must be a table")
+        env = dict(env)
+        for item in args.env:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise InputError(f"--env {item!r}: expected KEY=VALUE")
+            env[key] = value
+        body["env"] = env
+    if origin == "job" and "command" not in body:
+        raise InputError("submit: give a job file (JOB.toml) or the job's command after --")
+    body.setdefault("cwd", os.getcwd())
+    body.setdefault("name", default_name(body))
+    return body, origin
+
+
+def default_name(body: dict) -> str:
+    """A job's name when none is given: its model, else its script or program (``train.py``
+    for ``python3 train.py``, ``adloader.workloads.train`` for ``python3 -m ...``)."""
+    command = body.get("command")
+    argv = command.split() if isinstance(command, str) else list(command or [])
+    base = body.get("model") or ""
+    if not base and argv:
+        program = Path(str(argv[0])).name
+        rest = [a for a in argv[1:] if not a.startswith("-") or a == "-m"]
+        if re.match(r"^python[\d.]*$", program) and rest:
+            base = rest[1] if rest[0] == "-m" and len(rest) > 1 else Path(rest[0]).name
+        else:
+            base = program
+    return re.sub(r"[^A-Za-z0-9._-]", "-", str(base))[:64] or "job"
+
+
+def _submit(args: argparse.Namespace) -> int:
+    body, origin = job_body(args)
+    with _options.client(args) as client:
+        try:
+            job = client.submit(body)
+        except InputError as exc:
+            if origin != "job" and str(exc).startswith("field "):
+                raise InputError(f"{origin}: {exc}") from None
+            raise
+    print(job.id if args.quiet else f"submitted {job.id} ({job.name}): {job.state}")
+    return 0
+
+
+# -- jobs, cancel, pause, resume, logs -----------------------------------------------------
+def _when(t: float | None) -> str:
+    return "—" if t is None else time.strftime("%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _model_or_features(spec: dict) -> str:
+    if spec.get("model"):
+        return spec["model"]
+    f = spec.get("features") or {}
+    return f"{f.get('flops_g', 0):g} GF, {f.get('params_m', 0):g} M"
+
+
+def _or_dash(value: Any, fmt: str = "{}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def jobs_table(jobs: list[dict]):
+    """One row per job: id, name, state, model, b, n, workers, iteration, samples/s, times."""
+    rows = []
+    for job in jobs:
+        spec = job.get("spec") or {}
+        ended = job.get("reason") if job["state"] in ("failed", "lost") else None
+        rows.append([
+            job["id"], job["name"], job["state"] + (f" ({ended})" if ended else ""),
+            _model_or_features(spec), _or_dash(spec.get("batch_size")),
+            _or_dash(spec.get("gpus")), _or_dash(job.get("workers")),
+            _or_dash(job.get("iteration")), _or_dash(job.get("throughput"), "{:.1f}"),
+            _when(job.get("submitted_at")), _or_dash(job.get("exit_code"))])
+    return _output.table(f"{len(jobs)} job{'s' * (len(jobs) != 1)}",
+                         ["id", "name", "state", "model", "batch", "GPUs", "workers",
+                          "iteration", "samples/s", "submitted", "exit"], rows, left=4)
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    with _options.client(args) as client:
+        jobs = [j.model_dump(mode="json") for j in client.jobs()]
+    if args.json:
+        print(json.dumps(jobs, indent=2))
+    else:
+        _output.console().print(jobs_table(jobs))
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with _options.client(args) as client:
+        job = client.cancel(args.job)
+    ending = "" if job.state in ("cancelled", "finished", "failed", "lost") else \
+        " (asked to stop at its next batch boundary)"
+    print(f"cancelled {job.id} ({job.name}): {job.state}{ending}")
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    with _options.client(args) as client:
+        job = client.pause(args.job, args.checkpoint)
+    print(f"pausing {job.id} ({job.name}) at its next batch boundary")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    with _options.client(args) as client:
+        job = client.resume(args.job)
+    print(f"resumed {job.id} ({job.name}): {job.state}")
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    if args.tail < 0:
+        raise InputError(f"--tail must be >= 0, got {args.tail}")
+    with _options.client(args) as client:
+        if args.follow:
+            for chunk in client.follow_log(args.job, args.tail):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+            return 0
+        text = client.log(args.job, args.tail)
+    sys.stdout.write(text)
+    if text and not text.endswith("\n"):
+        sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,204 @@
+"""The REST contract, shared by the daemon's API and every client: a job as a user submits it
+(``JobSpec``), a job as the daemon shows it (``JobView``), and the paths.
+
+A JobSpec says what to run, and what the TPM needs to predict it (eq. 6).
+
+``model`` names a zoo network (its FLOPs f and size M come from the features table);
+``features`` gives f and M directly for a model outside the zoo. ``batch_size`` is the
+per-GPU batch b, ``gpus`` is n, ``workers`` the count the user asked for (the daemon may
+give another). Every malformed spec becomes one InputError line naming the field. Every
+field is bounded (``adloader.limits``): a spec is a tenant's input on a shared node, and
+nothing in it may be too large to store, show or launch (no NUL byte, no 50 MB command).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import PurePath
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from adloader import limits
+from adloader.errors import InputError
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
+_SHOULD = re.compile(r"^(Input|String|List|Value|Dictionary|Tuple|Set|Object) should ")
+
+
+def _no_nul(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+Arg = Annotated[str, Field(max_length=limits.MAX_ARG), AfterValidator(_no_nul)]
+
+
+class SpecFeatures(BaseModel):
+    """A model's features given by hand: f GFLOPs forward per sample, M million parameters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flops_g: float = Field(gt=0, le=limits.MAX_FLOPS_G, allow_inf_nan=False)
+    params_m: float = Field(gt=0, le=limits.MAX_PARAMS_M, allow_inf_nan=False)
+
+
+class JobSpec(BaseModel):
+    """One training job: command, model (or its features), batch b, GPUs n and its length."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(max_length=limits.MAX_NAME)
+    command: list[Arg] = Field(min_length=1, max_length=limits.MAX_ARGS)
+    cwd: Arg | None = None
+    env: dict[str, Arg] = Field(default_factory=dict, max_length=limits.MAX_ENV)
+    model: str | None = Field(default=None, max_length=limits.MAX_NAME)
+    features: SpecFeatures | None = None
+    batch_size: int = Field(gt=0, le=limits.MAX_BATCH)
+    gpus: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
+    iterations: int | None = Field(default=None, gt=0, le=limits.MAX_ITERATIONS)
+    epochs: int | None = Field(default=None, gt=0, le=limits.MAX_EPOCHS)
+    workers: int | None = Field(default=None, ge=0, le=limits.MAX_WORKERS)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be 1..64 letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: Any) -> Any:
+        if isinstance(value, str):  # a TOML/JSON string is split like a shell would
+            try:
+                value = shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split command: {exc}") from None
+        if isinstance(value, list) and value and value[0] == "":
+            raise ValueError("program (first element) is empty")
+        return value
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None) -> str | None:
+        if value is not None and not PurePath(value).is_absolute():
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid variable name")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from adloader.models.names import parse
+
+        try:
+            return parse(value).name
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _complete(self) -> JobSpec:
+        if self.model is None and self.features is None:
+            raise ValueError("field 'model': required unless 'features' is given")
+        if self.iterations is None and self.epochs is None:
+            raise ValueError("field 'iterations': required unless 'epochs' is given")
+        size = sum(len(a) for a in self.command) + sum(len(k) + len(v) for k, v in
+                                                       self.env.items())
+        if size > limits.MAX_SPEC_BYTES:
+            raise ValueError(f"command and env together must be at most {limits.MAX_SPEC_BYTES} "
+                             f"characters, got {size}")
+        return self
+
+
+def describe_error(error: dict, skip: int = 0) -> str:
+    """One pydantic error as ``field 'a.b': must ...`` (``skip`` drops leading loc parts)."""
+    loc = [str(x) for x in error.get("loc", ())[skip:]]
+    kind = error.get("type", "")
+    if kind == "missing":
+        text = "is required"
+    elif kind == "extra_forbidden":
+        text = "is not a known field"
+    elif kind in ("value_error", "assertion_error") and "error" in error.get("ctx", {}):
+        text = str(error["ctx"]["error"])
+    else:
+        text = _SHOULD.sub("must ", str(error.get("msg", "is invalid")))
+    if text.startswith("Value error, "):
+        text = text[len("Value error, "):]
+    return f"field '{'.'.join(loc)}': {text}" if loc else text
+
+
+def parse_jobspec(data: Any, origin: str = "job") -> JobSpec:
+    """Validate ``data`` (a mapping) as a JobSpec; InputError ``ORIGIN: field 'x': ...``."""
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: a job must be a table/object, got {type(data).__name__}")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"{origin}: {describe_error(exc.errors()[0])}") from None
+
+
+class JobView(BaseModel):
+    """A job as the API shows it: its record, plus its live throughput and iteration."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    state: str
+    workers: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None  # negative: killed by that signal
+    reason: str | None = None  # how it ended ("exit code 3", "killed by SIGKILL", ...)
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    spec: JobSpec
+    throughput: float | None = None  # samples/s over the last heartbeat interval
+    iteration: int | None = None
+
+    @classmethod
+    def from_record(cls, record: Any, throughput: float | None = None,
+                    iteration: int | None = None) -> JobView:
+        """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes)."""
+        fields = ("id", "name", "state", "workers", "pid", "exit_code", "reason",
+                  "submitted_at", "started_at", "finished_at", "spec")  # fmt: skip
+        return cls(**{f: getattr(record, f, None) for f in fields}, throughput=throughput,
+                   iteration=iteration)  # fmt: skip
+
+
+# -- paths ----------------------------------------------------------------------------
+JOBS = "/v1/jobs"
+ALLOCATIONS = "/v1/allocations"
+EVENTS = "/v1/events"
+MODEL = "/v1/model"
+MODEL_FIT = "/v1/model/fit"
+METRICS = "/metrics"
+HEALTH = "/healthz"
+
+
+def job_path(job_id: str, action: str = "") -> str:
+    """``/v1/jobs/ID`` (or ``/v1/jobs/ID/ACTION``), the id quoted for a URL."""
+    from urllib.parse import quote
+
+    return f"{JOBS}/{quote(job_id, safe='')}" + (f"/{action}" if action else "")

@@ -1,0 +1,72 @@
+"""`adloader bench live`: the mix fitted onto real GPUs, and a quick run with real daemons."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from adloader.sim.trace import fit_to_gpus, load_trace
+
+
+@pytest.mark.parametrize(("gpus", "per_gpu"), [(1, 3), (2, 3), (4, 2), (8, 1)])
+def test_the_mix_is_fitted_onto_the_gpus_there_are(gpus, per_gpu):
+    trace, jobs_per_gpu = fit_to_gpus(load_trace("paper-static"), gpus)
+    assert trace.gpus == gpus
+    assert all(job.gpus == min(2, gpus) and job.gpu_ids is None for job in trace.jobs)
+    assert jobs_per_gpu == per_gpu  # every job of the mix can start at once
+    assert sum(job.gpus for job in trace.jobs) <= gpus * jobs_per_gpu
+
+
+def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch):
+    """The GPU branch of the prior, with the GPU timing replaced (no GPU here): α is fitted
+    from the mix's models at half, once and twice their per-GPU batch."""
+    from adloader.bench import live as bench_live
+    from adloader.models import features
+    from adloader.samples import TrainingSample
+    from adloader.sim.profile import load_profile
+
+    paper = load_profile("paper")
+    asked = {}
+
+    def timed(models, batches, device, progress=None):
+        asked.update(models=list(models), batches=list(batches), device=device)
+        return [TrainingSample(b, 1, features(m).flops_g, features(m).params_m,
+                               paper.step_time(b, features(m).flops_g, features(m).params_m, 1),
+                               m) for m in models for b in batches]
+
+    monkeypatch.setattr(bench_live, "measure_training", timed)
+    monkeypatch.setattr(bench_live.torch.cuda, "get_device_name", lambda i=0: "a test GPU")
+    trace, _ = fit_to_gpus(load_trace("paper-static"), 1)
+    cfg = bench_live.LiveConfig(capacity=2, images=8)
+    path = bench_live.measured_profile(cfg, tmp_path / "jpeg", tmp_path, trace, cuda=True)
+    profile = load_profile(str(path))
+    assert asked == {"models": ["Resnet18", "mdResnet12", "smResnet20"],
+                     "batches": [64, 128, 256], "device": "cuda"}
+    assert profile.gpus == 1 and profile.loading_workers == 2 and "a test GPU" in profile.device
+    for model in asked["models"]:
+        f = features(model)
+        want = paper.step_time(128, f.flops_g, f.params_m, 1)
+        assert profile.step_time(128, f.flops_g, f.params_m, 1) == pytest.approx(want, rel=0.05)
+
+
+def test_quick_bench_live_runs_real_daemons_and_reports_ratios(tmp_path):
+    out = tmp_path / "live.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "adloader", "bench", "live", "--quick", "--workers", "2",
+         "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    rows = {r["policy"]: r for r in result["summary"]}
+    assert set(rows) == {"balance", "optimal"} and rows["balance"]["ratio"] == 1.0
+    assert result["capacity"] == 2
+    for run in result["runs"]:
+        assert [job["state"] for job in run["jobs"]] == ["finished"] * 3
+        assert run["aggregate_throughput"] > 0
+
+
+def test_bench_live_refuses_bad_settings():
+    proc = subprocess.run([sys.executable, "-m", "adloader", "bench", "live", "--rounds",
+                           "0"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--rounds must be >= 1" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,103 @@
+"""A NodeService in memory (jobs queued on submit, cancelled on request), for the REST API's
+tests: in process (``unit/test_api.py``) and behind a real server (``integration/
+test_client_cli.py``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from pydantic import TypeAdapter
+
+from adloader.errors import InputError
+from adloader.rest import JobSpec, JobView
+
+TOKEN = "s3cret-token"
+
+
+class FakeService:
+    """A NodeService in memory: jobs are queued on submit and cancelled on request."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobView] = {}
+        self._events: list[dict] = []
+        self._lock = threading.Lock()
+        self.fail: Exception | None = None  # raised by every call when set
+        self.fits = 0
+
+    def _check(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+
+    def _event(self, job: str, kind: str) -> None:
+        self._events.append({"id": len(self._events) + 1, "t": 1.0, "job": job, "kind": kind,
+                             "data": {}})  # fmt: skip
+
+    def submit(self, spec: JobSpec) -> JobView:
+        self._check()
+        if spec.gpus > 8:
+            raise InputError(f"job {spec.name!r}: asks for {spec.gpus} GPUs, the node has 8")
+        with self._lock:
+            job_id = f"j-{len(self._jobs) + 1:06d}"
+            view = JobView(id=job_id, name=spec.name, state="queued", submitted_at=1000.0,
+                           spec=spec, workers=spec.workers)  # fmt: skip
+            self._jobs[job_id] = view
+            self._event(job_id, "submitted")
+        return view
+
+    def jobs(self) -> list[JobView]:
+        self._check()
+        return list(self._jobs.values())
+
+    def job(self, job_id: str) -> JobView | None:
+        self._check()
+        return self._jobs.get(job_id)
+
+    def cancel(self, job_id: str) -> JobView | None:
+        self._check()
+        with self._lock:
+            if job_id not in self._jobs:
+                return None
+            view = self._jobs[job_id].model_copy(update={"state": "cancelled"})
+            self._jobs[job_id] = view
+            self._event(job_id, "cancelled")
+        return view
+
+    def allocations(self) -> dict:
+        self._check()
+        return {"policy": "optimal", "capacity": 16,
+                "jobs": {j: v.workers or 0 for j, v in self._jobs.items()}}  # fmt: skip
+
+    def jobs_json(self) -> bytes:
+        return TypeAdapter(list[JobView]).dump_json(self.jobs())
+
+    def events_json(self, since: int, limit: int) -> bytes:
+        return json.dumps(self.events(since, limit)).encode()
+
+    def events(self, since: int, limit: int) -> list[dict]:
+        self._check()
+        return [e for e in self._events if e["id"] > since][:limit]
+
+    def model(self) -> dict:
+        self._check()
+        return {"fitted": self.fits > 0, "fits": self.fits}
+
+    def fit_model(self) -> dict:
+        self._check()
+        self.fits += 1
+        return self.model()
+
+    def metrics(self) -> str:
+        self._check()
+        return f"# TYPE adloader_jobs gauge\nadloader_jobs {len(self._jobs)}\n"
+
+    def health(self) -> dict:
+        self._check()
+        return {"status": "ok"}
+
+    def log(self, job_id: str, tail_bytes: int) -> str | None:
+        self._check()
+        if job_id not in self._jobs:
+            return None
+        text = "".join(f"line {i}\n" for i in range(100))
+        return text[-tail_bytes:] if tail_bytes else ""

@@ -1,0 +1,165 @@
+"""The REST API over an in-memory NodeService: auth, validation messages, 404s, 503s."""
+
+from __future__ import annotations
+
+import pytest
+from fake_service import TOKEN, FakeService
+from fastapi.testclient import TestClient
+
+from adloader.daemon.api import create_app
+from adloader.daemon.jobfile import load_jobspec_file
+from adloader.daemon.service import NodeService
+from adloader.errors import InputError
+from adloader.rest import parse_jobspec
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SPEC = {"name": "r18", "command": ["python", "train.py"], "model": "Resnet18",
+        "batch_size": 32, "iterations": 100}  # fmt: skip
+
+
+def _typed(service: NodeService) -> NodeService:  # the fake satisfies the protocol
+    return service
+
+
+@pytest.fixture
+def service() -> FakeService:
+    return FakeService()
+
+
+@pytest.fixture
+def client(service) -> TestClient:
+    return TestClient(create_app(_typed(service), TOKEN), raise_server_exceptions=False)
+
+
+def test_submit_list_get_cancel(client, service):
+    r = client.post("/v1/jobs", json=SPEC, headers=AUTH)
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["id"] == "j-000001" and job["state"] == "queued"
+    assert job["spec"]["model"] == "Resnet18" and job["spec"]["gpus"] == 1
+    assert [j["id"] for j in client.get("/v1/jobs", headers=AUTH).json()] == ["j-000001"]
+    assert client.get("/v1/jobs/j-000001", headers=AUTH).json()["name"] == "r18"
+    r = client.delete("/v1/jobs/j-000001", headers=AUTH)
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    kinds = [e["kind"] for e in client.get("/v1/events?since=0", headers=AUTH).json()]
+    assert kinds == ["submitted", "cancelled"]
+    assert [e["id"] for e in client.get("/v1/events?since=1", headers=AUTH).json()] == [2]
+    assert client.get("/v1/allocations", headers=AUTH).json()["jobs"] == {"j-000001": 0}
+
+
+def test_model_metrics_health_log(client):
+    assert client.get("/v1/model", headers=AUTH).json() == {"fitted": False, "fits": 0}
+    assert client.post("/v1/model/fit", headers=AUTH).json()["fits"] == 1
+    client.post("/v1/jobs", json=SPEC, headers=AUTH)
+    r = client.get("/metrics", headers=AUTH)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert "adloader_jobs 1" in r.text
+    r = client.get("/v1/jobs/j-000001/log?tail=16", headers=AUTH)
+    assert r.status_code == 200 and r.text == "line 98\nline 99\n"
+    assert client.get("/healthz").json() == {"status": "ok"}  # no token needed
+    assert client.get("/openapi.json").json()["info"]["title"] == "adloader"
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
+                                     {"Authorization": f"Basic {TOKEN}"},
+                                     {"Authorization": f"Bearer {TOKEN}x"}])  # fmt: skip
+def test_token_is_required(client, headers):
+    for method, path in [("GET", "/v1/jobs"), ("POST", "/v1/model/fit"), ("GET", "/metrics"),
+                         ("DELETE", "/v1/jobs/j-000001"), ("GET", "/v1/events")]:
+        r = client.request(method, path, headers=headers)
+        assert r.status_code == 401, (method, path)
+        assert r.json() == {"detail": "missing or wrong bearer token"}
+        assert r.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(("change", "detail"), [
+    ({"batch_size": 0}, "field 'batch_size': must be greater than 0"),
+    ({"batch_size": "many"}, "field 'batch_size': must be a valid integer"),
+    ({"gpus": -1}, "field 'gpus': must be greater than 0"),
+    ({"command": []}, "field 'command': must have at least 1 item"),
+    ({"name": "a b"}, "field 'name': must be 1..64 letters"),
+    ({"model": "Resnet7"}, "field 'model': invalid depth in model 'Resnet7'"),
+    ({"model": "AlexNet"}, "field 'model': unknown model 'AlexNet'"),
+    ({"features": {"flops_g": 0, "params_m": 1}}, "field 'features.flops_g': must be greater"),
+    ({"env": {"A=B": "1"}}, "field 'env': 'A=B' is not a valid variable name"),
+    ({"cwd": "relative/dir"}, "field 'cwd': must be an absolute path"),
+    ({"colour": "red"}, "field 'colour': is not a known field"),
+    ({"model": None}, "field 'model': required unless 'features' is given"),
+    ({"iterations": None}, "field 'iterations': required unless 'epochs' is given"),
+])  # fmt: skip
+def test_invalid_spec_names_the_field(client, change, detail):
+    body = {k: v for k, v in {**SPEC, **change}.items() if v is not None}
+    r = client.post("/v1/jobs", json=body, headers=AUTH)
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith(detail), r.json()
+
+
+def test_malformed_bodies_are_4xx(client):
+    r = client.post("/v1/jobs", content=b"{not json", headers=AUTH | {"content-type":
+                                                                      "application/json"})
+    assert r.status_code == 400 and r.json() == {"detail": "body is not valid JSON"}
+    r = client.post("/v1/jobs", headers=AUTH)
+    assert r.status_code == 422 and r.json() == {"detail": "request body is required"}
+    r = client.post("/v1/jobs", json=[1, 2], headers=AUTH)
+    assert r.status_code == 422 and r.json()["detail"].startswith("body: must be")
+    r = client.post("/v1/jobs", json={"name": "x"}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["detail"] == "field 'command': is required"
+    r = client.get("/v1/events?limit=0", headers=AUTH)
+    assert r.status_code == 422
+    assert r.json()["detail"] == "query parameter 'limit': must be greater than or equal to 1"
+    r = client.get("/v1/jobs/j-000001/log?tail=-1", headers=AUTH)
+    assert r.status_code == 422 and "'tail'" in r.json()["detail"]
+
+
+def test_unknown_job_is_404(client):
+    for method, path in [("GET", "/v1/jobs/j-000042"), ("DELETE", "/v1/jobs/j-000042"),
+                         ("GET", "/v1/jobs/j-000042/log")]:
+        r = client.request(method, path, headers=AUTH)
+        assert r.status_code == 404 and r.json() == {"detail": "no job 'j-000042'"}
+
+
+def test_service_input_error_is_400(client):
+    r = client.post("/v1/jobs", json={**SPEC, "gpus": 9}, headers=AUTH)
+    assert r.status_code == 400
+    assert r.json() == {"detail": "job 'r18': asks for 9 GPUs, the node has 8"}
+
+
+def test_service_crash_is_503_and_logged(client, service, caplog):
+    service.fail = RuntimeError("database is locked")
+    for method, path in [("GET", "/v1/jobs"), ("POST", "/v1/model/fit"), ("GET", "/metrics"),
+                         ("GET", "/healthz"), ("GET", "/v1/jobs/j-1/log")]:
+        r = client.request(method, path, headers=AUTH)
+        assert r.status_code == 503, (path, r.text)
+        assert "failed inside the daemon" in r.json()["detail"]
+    assert "database is locked" in caplog.text
+
+
+def test_invalid_service_answer_is_503(client, service):
+    service.allocations = lambda: "not a dict"
+    r = client.get("/v1/allocations", headers=AUTH)
+    assert r.status_code == 503 and "invalid answer" in r.json()["detail"]
+
+
+def test_empty_token_is_refused(service):
+    with pytest.raises(ValueError):
+        create_app(service, "")
+
+
+def test_parse_jobspec_and_file(tmp_path):
+    spec = parse_jobspec({**SPEC, "model": "mdresnet12", "command": "python 't r.py' -x"}, "j")
+    assert spec.model == "mdResnet12" and spec.command == ["python", "t r.py", "-x"]
+    with pytest.raises(InputError, match=r"^j: field 'epochs': must be greater than 0$"):
+        parse_jobspec({**SPEC, "epochs": 0}, "j")
+    with pytest.raises(InputError, match="^j: a job must be a table"):
+        parse_jobspec(["x"], "j")
+    path = tmp_path / "job.toml"
+    path.write_text('[job]\nname = "f"\ncommand = ["./run"]\ncwd = "sub"\n'
+                    'features = { flops_g = 2.5, params_m = 4.0 }\nbatch_size = 8\nepochs = 3\n')
+    spec = load_jobspec_file(path)
+    assert spec.cwd == str(tmp_path / "sub") and spec.features.flops_g == 2.5
+    assert spec.model is None and spec.gpus == 1
+    path.write_text('name = "f"\ncommand = ["./run"]\nbatch_size = 8\nepochs = 3\n')
+    with pytest.raises(InputError, match=f"^{path}: field 'model': required unless"):
+        load_jobspec_file(path)
+    with pytest.raises(InputError, match="cannot read"):
+        load_jobspec_file(tmp_path / "nope.toml")

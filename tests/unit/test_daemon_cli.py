@@ -1,0 +1,36 @@
+import os
+
+from adloader import cli
+from adloader.daemon.settings import ensure_token, is_loopback
+
+
+def test_token_file_is_created_0600_and_reused(tmp_path):
+    path = tmp_path / "state" / "token"
+    token, existed = ensure_token(path)
+    assert not existed and len(token) > 20
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert ensure_token(path) == (token, True)
+
+
+def test_a_token_readable_by_others_is_refused(tmp_path, capsys):
+    path = tmp_path / "token"
+    path.write_text("secret\n")
+    os.chmod(path, 0o644)
+    code = cli.main(["daemon", "--state-dir", str(tmp_path), "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "chmod 600" in err and len(err.strip().splitlines()) == 1
+
+
+def test_non_loopback_needs_a_provisioned_token(tmp_path, capsys):
+    state = tmp_path / "state"
+    code = cli.main(["daemon", "--host", "0.0.0.0", "--state-dir", str(state)])
+    err = capsys.readouterr().err
+    assert code == 2 and "refusing to listen on 0.0.0.0" in err
+    assert not (state / "token").exists()  # refusing does not provision one either
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+
+
+def test_run_without_a_command_is_one_line(capsys):
+    assert cli.main(["run"]) == 2
+    assert "give the command after --" in capsys.readouterr().err

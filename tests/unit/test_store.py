@@ -1,0 +1,216 @@
+"""The SQLite store: jobs, events, samples and models survive a restart; threads may share it."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from adloader.daemon.store import Store
+from adloader.errors import StorageError
+from adloader.rest import JobSpec
+from adloader.samples import LoadingSample, TrainingSample
+
+SPEC = JobSpec(name="r18", command=["python", "train.py"], features={"flops_g": 3.6,
+               "params_m": 11.7}, batch_size=32, iterations=100)  # fmt: skip
+
+
+def test_jobs_roundtrip_and_update(tmp_path):
+    with Store(tmp_path / "state" / "deep" / "adloader.db") as store:
+        a = store.add_job(SPEC, token_digest="tok-a", t=10.0)
+        b = store.add_job(SPEC.model_copy(update={"name": "b"}), "tok-b", "attached", "running")
+        assert (a, b) == ("j-000001", "j-000002")
+        job = store.get_job(a)
+        assert job.spec == SPEC and job.state == "queued" and job.origin == "rest"
+        assert job.token_digest == "tok-a" and job.submitted_at == 10.0 and job.pid is None
+        updated = store.update_job(a, state="running", pid=123, workers=4, started_at=11.0)
+        assert (updated.state, updated.pid, updated.workers) == ("running", 123, 4)
+        assert [j.id for j in store.list_jobs()] == [a, b]
+        store.update_job(b, state="finished", exit_code=0, finished_at=20.0)
+        assert [j.id for j in store.list_jobs(["running"])] == [a]
+        assert [j.id for j in store.list_jobs(("finished", "failed"))] == [b]
+        assert store.list_jobs([]) == []
+        assert store.get_job("j-999999") is None
+        assert store.update_job("j-999999", state="lost") is None
+
+
+def test_bad_updates_are_refused(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        job = store.add_job(SPEC, "t")
+        with pytest.raises(ValueError, match="state 'sleeping'"):
+            store.update_job(job, state="sleeping")
+        with pytest.raises(ValueError, match="jobs.id cannot be updated"):
+            store.update_job(job, id="j-000009")
+        with pytest.raises(ValueError, match="origin"):
+            store.add_job(SPEC, "t", origin="email")
+        assert store.get_job(job).state == "queued"
+
+
+def test_events_samples_models(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        ids = [store.add_event("j-000001", kind, {"n": i}, t=float(i))
+               for i, kind in enumerate(["submitted", "started", "resize"])]  # fmt: skip
+        store.add_event(None, "refit")
+        assert ids == [1, 2, 3]
+        assert [e["kind"] for e in store.events()] == ["submitted", "started", "resize", "refit"]
+        assert store.events(since_id=1, limit=1) == [
+            {"id": 2, "t": 1.0, "job": "j-000001", "kind": "started", "data": {"n": 1}}]
+        t1 = TrainingSample(32, 1, 3.6, 11.7, 0.05, "Resnet18")
+        l1, l2 = LoadingSample(2, 8, 410.0), LoadingSample(4, 8, 790.5)
+        store.add_sample("j-000001", l1)
+        store.add_samples("j-000001", [t1, l2])
+        assert store.samples() == ([t1], [l1, l2])
+        with pytest.raises(TypeError):
+            store.add_sample(None, {"step_s": 1})
+        assert store.samples() == ([t1], [l1, l2])  # the failed batch left nothing behind
+        assert store.latest_model() is None
+        store.save_model({"v": 1})
+        store.save_model({"v": 2, "training": {"regressor": "staged"}})
+        assert store.latest_model() == {"v": 2, "training": {"regressor": "staged"}}
+
+
+def test_restart_keeps_everything(tmp_path):
+    path = tmp_path / "s.db"
+    store = Store(path)
+    job = store.add_job(SPEC, "tok")
+    store.update_job(job, state="running", pid=42, log_path="/tmp/j.log")
+    store.add_event(job, "started", {"workers": 3})
+    store.add_sample(job, LoadingSample(3, 3, 500.0))
+    store.save_model({"fitted": True})
+    store.close()
+    with Store(path) as again:
+        record = again.get_job(job)
+        assert (record.state, record.pid, record.log_path, record.spec) == (
+            "running", 42, "/tmp/j.log", SPEC)
+        assert again.events()[0]["data"] == {"workers": 3}
+        assert again.samples() == ([], [LoadingSample(3, 3, 500.0)])
+        assert again.latest_model() == {"fitted": True}
+        assert again.add_job(SPEC, "tok") == "j-000002"  # ids continue
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_concurrent_writers(tmp_path):
+    store = Store(tmp_path / "s.db")
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def work(k: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(25):
+                job = store.add_job(SPEC, f"t{k}")
+                store.update_job(job, state="running", workers=k)
+                store.add_event(job, "submitted", {"k": k, "i": i})
+                store.add_sample(job, LoadingSample(k + 1, 8, float(i + 1)))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    jobs = store.list_jobs()
+    assert [j.id for j in jobs] == [f"j-{i:06d}" for i in range(1, 101)]  # unique, no gaps
+    assert all(j.state == "running" for j in jobs)
+    assert len(store.events(limit=1000)) == 100 and len(store.samples()[1]) == 100
+    store.close()
+
+
+def test_not_a_database_names_the_file(tmp_path):
+    bad = tmp_path / "state.db"
+    bad.write_bytes(b"this is not sqlite at all, just some text " * 100)
+    with pytest.raises(StorageError, match="state.db: not a usable adloader state database"):
+        Store(bad)
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    with pytest.raises(StorageError, match="a-folder"):
+        Store(folder)
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "s.db"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version=99")
+    db.close()
+    with pytest.raises(StorageError, match="schema version 99"):
+        Store(path)
+
+
+def test_a_version_1_database_keeps_digests_not_tokens(tmp_path):
+    path = tmp_path / "v1.db"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE jobs (id TEXT PRIMARY KEY, name TEXT NOT NULL, spec TEXT NOT NULL,
+            state TEXT NOT NULL, token TEXT NOT NULL, workers INTEGER, pid INTEGER,
+            exit_code INTEGER, submitted_at REAL NOT NULL, started_at REAL, finished_at REAL,
+            log_path TEXT, origin TEXT NOT NULL);
+        PRAGMA user_version=1;""")
+    db.execute("INSERT INTO jobs (id, name, spec, state, token, submitted_at, origin) VALUES "
+               "('j-000001', 'r18', ?, 'running', 'clear-token', 1.0, 'rest')",
+               (SPEC.model_dump_json(),))
+    db.commit()
+    db.close()
+    with pytest.raises(StorageError, match="clear tokens"):
+        Store(path)
+    with Store(path, digest=lambda t: "d:" + t[::-1]) as store:
+        assert store.get_job("j-000001").token_digest == "d:nekot-raelc"
+    assert b"clear-token" not in path.read_bytes()  # closed: the WAL is checkpointed
+
+
+def test_garbage_in_the_middle_is_a_clear_error_that_says_what_to_do(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for i in range(300):
+            job = store.add_job(SPEC.model_copy(update={"name": f"n{i}"}), "d")
+            store.add_event(job, "submitted", {"i": i, "pad": "x" * 200})
+    data = bytearray(path.read_bytes())
+    assert len(data) > 40 * 4096
+    middle = len(data) // 2 // 4096 * 4096
+    data[middle:middle + 4096] = b"\xde\xad\xbe\xef" * 1024  # a whole page of garbage
+    path.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match=r"s\.db: .*mv .*s\.db\.damaged"):
+        Store(path)
+
+
+def test_a_deleted_database_is_written_back_from_the_open_copy(tmp_path):
+    path = tmp_path / "s.db"
+    store = Store(path)
+    job = store.add_job(SPEC, "d")
+    store.add_event(job, "submitted")
+    assert store.restore_if_gone() is None
+    for f in tmp_path.iterdir():
+        f.unlink()
+    note = store.restore_if_gone()
+    assert note and "deleted" in note
+    store.update_job(job, state="running")
+    store.close()
+    with Store(path) as again:
+        assert again.get_job(job).state == "running"
+        assert [e["kind"] for e in again.events()] == ["submitted"]
+
+
+def test_only_finite_in_bounds_samples_are_stored_and_no_job_outweighs_the_node(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        with pytest.raises(ValueError, match="out of bounds"):
+            store.add_sample("j", LoadingSample(2, 8, float("nan")))
+        with pytest.raises(ValueError, match="out of bounds"):
+            store.add_sample("j", TrainingSample(32, 1, 3.6, 11.7, float("inf")))
+        assert store.samples() == ([], [])
+        store.add_samples("loud", [LoadingSample(1, 8, 100.0 + i) for i in range(50)])
+        store.add_samples("quiet", [LoadingSample(2, 8, 7.0)])
+        _, loading = store.samples(per_job=5)
+        assert [s.loading_rate for s in loading] == [145.0, 146.0, 147.0, 148.0, 149.0, 7.0]
+
+
+def test_pruning_keeps_what_a_fit_reads(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        for j in range(5):
+            store.add_samples(f"j{j}", [LoadingSample(1, 8, float(i + 1)) for i in range(30)])
+        assert store.prune_samples(per_job=10, per_kind=40) == 130
+        assert store.sample_counts() == {"loading": 20}  # j4's and j3's newest ten
+        _, loading = store.samples(per_job=3, newest=5)
+        assert [s.loading_rate for s in loading] == [29.0, 30.0, 28.0, 29.0, 30.0]
