@@ -1,6 +1,25 @@
 """adloader: share a node's data-loading workers among the training jobs running on it.
 
-The core (this package's own modules) is pure: no sockets, processes or disk.
+``from adloader import ElasticDataLoader, attach`` is the whole change a training script
+makes; both are imported on first use, so ``import adloader`` stays light. The core (this
+package's own modules, outside ``cli`` and ``host``) is pure: no sockets, processes or disk.
 """
 
 __version__ = "0.1.0"
+__all__ = ["ElasticDataLoader", "JobCancelled", "attach", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "ElasticDataLoader":
+        from adloader.client.loader import ElasticDataLoader
+
+        return ElasticDataLoader
+    if name == "attach":
+        from adloader.client.attach import attach
+
+        return attach
+    if name == "JobCancelled":
+        from adloader.client.master import JobCancelled
+
+        return JobCancelled
+    raise AttributeError(f"module 'adloader' has no attribute {name!r}")

@@ -33,6 +33,8 @@ class DaemonConfig:
     cancel_grace_s: float = 10.0  # a cancelled job's time to stop before it is signalled
     profile: str = ""  # device profile for emulated GPU steps ("" = none)
     token_file: str = ""  # bearer token file ("" = STATE_DIR/token)
+    metrics_token_file: str = ""  # read-only token for GET /metrics ("" = STATE_DIR/metrics.token)
+    metrics_on_loopback: bool = False  # serve /metrics without a token to 127.0.0.1 / ::1
 
     @property
     def state_path(self) -> Path:
@@ -47,12 +49,25 @@ class DaemonConfig:
         return Path(self.token_file) if self.token_file else self.state_path / "token"
 
     @property
+    def metrics_token_path(self) -> Path:
+        return (Path(self.metrics_token_file) if self.metrics_token_file
+                else self.state_path / "metrics.token")
+
+    @property
     def lost_timeout_s(self) -> float:
         return self.lost_after_s or 2 * self.heartbeat_s + 1.0
 
 
 def _coerce(name: str, kind, raw, origin: str):
     try:
+        if kind in (bool, "bool"):
+            if isinstance(raw, bool):
+                return raw
+            if str(raw).strip().lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(raw).strip().lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
         if kind in (int, "int"):
             return int(raw)
         if kind in (float, "float"):

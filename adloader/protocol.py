@@ -62,6 +62,7 @@ class Register(_Msg):
     requested: Workers | None = None
     world_size: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
     supervisor: Literal["launcher", "run"] | None = None  # who will report its exit status
+    name: str | None = Field(default=None, max_length=limits.MAX_NAME)  # what to call it
 
 
 class Heartbeat(_Msg):

@@ -5,10 +5,11 @@ A JobSpec says what to run, and what the TPM needs to predict it (eq. 6).
 
 ``model`` names a zoo network (its FLOPs f and size M come from the features table);
 ``features`` gives f and M directly for a model outside the zoo. ``batch_size`` is the
-per-GPU batch b, ``gpus`` is n, ``workers`` the count the user asked for (the daemon may
-give another). Every malformed spec becomes one InputError line naming the field. Every
-field is bounded (``adloader.limits``): a spec is a tenant's input on a shared node, and
-nothing in it may be too large to store, show or launch (no NUL byte, no 50 MB command).
+global batch B (b = B/n on each GPU), ``gpus`` is n, ``workers`` the count the user asked
+for (the daemon may give another). Every malformed spec becomes one InputError line naming
+the field. Every field is bounded (``adloader.limits``): a spec is a tenant's input on a
+shared node, and nothing in it may be too large to store, show or launch (no NUL byte, no
+50 MB command).
 """
 
 from __future__ import annotations
@@ -176,15 +177,16 @@ class JobView(BaseModel):
     spec: JobSpec
     throughput: float | None = None  # samples/s over the last heartbeat interval
     iteration: int | None = None
+    cpu_percent: float | None = None  # a launched job's processes, workers included
 
     @classmethod
     def from_record(cls, record: Any, throughput: float | None = None,
-                    iteration: int | None = None) -> JobView:
+                    iteration: int | None = None, cpu_percent: float | None = None) -> JobView:
         """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes)."""
         fields = ("id", "name", "state", "workers", "pid", "exit_code", "reason",
                   "submitted_at", "started_at", "finished_at", "spec")  # fmt: skip
         return cls(**{f: getattr(record, f, None) for f in fields}, throughput=throughput,
-                   iteration=iteration)  # fmt: skip
+                   iteration=iteration, cpu_percent=cpu_percent)  # fmt: skip
 
 
 # -- paths ----------------------------------------------------------------------------

@@ -53,23 +53,51 @@ def _watch_exit(master: JobMaster) -> None:
     _WATCHED.append(master)
 
 
-def _features(model, features, batch_size, gpus, iterations, loader, world_size):
+def _features(model, features, batch_size, gpus, iterations, loader, world_size,
+              sample_shape=None):
+    """The job's features for the TPM: given, or from a zoo name (the features table), or
+    counted on the user's own ``torch.nn.Module`` (one sample's shape from ``sample_shape``
+    or the loader's first sample)."""
     if features is not None:
         return features
-    model = model or os.environ.get(names.MODEL) or None
+    model = model if model is not None else (os.environ.get(names.MODEL) or None)
     if model is None:
         return None
-    from adloader.models import features as model_features
+    if isinstance(model, str):
+        from adloader.models import features as model_features
 
-    found = model_features(model)
+        found = model_features(model)
+    else:
+        from adloader.models.features import count
+
+        shape = tuple(sample_shape) if sample_shape else _first_sample_shape(loader)
+        found = count(model, shape, type(model).__name__)
     batch = batch_size or getattr(loader, "batch_size", None)
     if not batch:
         raise InputError(f"attach: model {found.name!r}: give batch_size= (the loader has none)")
-    return JobFeatures(model=found.name, batch_size=int(batch), gpus=gpus or world_size,
-                       flops_g=found.flops_g, params_m=found.params_m, iterations=iterations)
+    return JobFeatures(model=found.name[:64], batch_size=int(batch), gpus=gpus or world_size,
+                       flops_g=max(found.flops_g, 1e-9), params_m=max(found.params_m, 1e-9),
+                       iterations=iterations)
 
 
-def attach(loader=None, *, model: str | None = None, features: JobFeatures | None = None,
+def _first_sample_shape(loader) -> tuple[int, ...]:
+    """The shape of one input sample: the first tensor of the loader's first sample."""
+    dataset = getattr(loader, "dataset", None)
+    try:
+        sample = dataset[0]
+    except Exception:
+        sample = None
+    while isinstance(sample, tuple | list) and sample:
+        sample = sample[0]
+    shape = getattr(sample, "shape", None)
+    if shape is None:
+        raise InputError("attach: cannot tell the model's input shape from the loader's "
+                         "first sample; pass sample_shape=(C, H, W)")
+    return tuple(int(x) for x in shape)
+
+
+def attach(loader=None, *, model=None, features: JobFeatures | None = None,
+           sample_shape: tuple[int, ...] | None = None,
            batch_size: int | None = None, gpus: int | None = None,
            iterations: int | None = None, requested: int | None = None,
            endpoint: str | None = None, job: str | None = None, token: str | None = None,
@@ -82,8 +110,10 @@ def attach(loader=None, *, model: str | None = None, features: JobFeatures | Non
     endpoint/job/token default to ADLOADER_ENDPOINT/ADLOADER_JOB/ADLOADER_JOB_TOKEN (set by
     the daemon's launcher or `adloader run`), ADLOADER_WORKERS is the initial worker count,
     ADLOADER_SUPERVISOR who reports the process's exit status, ADLOADER_MODEL a
-    fallback for ``model`` and ADLOADER_CHECKPOINT_DIR for ``checkpoint_dir``. ``model``
-    (a zoo name) gives the FLOPs and parameters of ``features``; ``gpus`` defaults to the
+    fallback for ``model`` and ADLOADER_CHECKPOINT_DIR for ``checkpoint_dir``. ``model`` —
+    a zoo name, or your own ``torch.nn.Module`` (its FLOPs counted with
+    ``torch.utils.flop_counter`` on one sample of ``sample_shape``, default: the loader's
+    first sample) — gives the FLOPs and parameters of ``features``; ``gpus`` defaults to the
     world size. ``state()`` returns the state dicts to checkpoint on Pause. In a multi-rank
     job the daemon's workers are the job's; each rank runs its share, in proportion to
     ``miss_load()`` (its predicted cache misses; default: its data wait per batch).
@@ -101,10 +131,12 @@ def attach(loader=None, *, model: str | None = None, features: JobFeatures | Non
         loader.resize(workers)
     workers = built if workers is None else workers
     rank, world_size = _rank_world()
-    feats = _features(model, features, batch_size, gpus, iterations, loader, world_size)
+    feats = _features(model, features, batch_size, gpus, iterations, loader, world_size,
+                      sample_shape)
     if endpoint and feats is None and rank == 0:
-        raise InputError(f"attach: job {job!r}: give model= or features= so the daemon "
-                         "can predict its throughput")
+        raise InputError(f"attach: job {job!r}: give model= (your torch model, or a zoo name "
+                         "such as 'Resnet18') or features=JobFeatures(...) so the daemon can "
+                         "predict its throughput")
     master = JobMaster(loader, job=job, token=token, endpoint=endpoint, features=feats,
                        workers=workers, requested=built if requested is None else requested,
                        checkpoint_dir=checkpoint_dir, state=state, log=log,

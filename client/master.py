@@ -75,6 +75,14 @@ def _dist():
     return dist if dist.is_initialized() else None
 
 
+def _job_name(features: JobFeatures) -> str:
+    """What to call a job started by hand: its script (``train.py``), else its model."""
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if script in ("", "-c", "-m", "python", "__main__.py"):
+        script = ""
+    return (script or features.model or "job")[:64]
+
+
 def _rank_world() -> tuple[int, int]:
     dist = _dist()
     if dist is not None:
@@ -134,7 +142,8 @@ class JobMaster:
                                 features=features,
                                 workers=min(workers, 1024), requested=requested,
                                 world_size=self.world_size,
-                                supervisor=supervisor if supervisor in SUPERVISORS else None)
+                                supervisor=supervisor if supervisor in SUPERVISORS else None,
+                                name=_job_name(features))
             self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
                                    connect_timeout_s=connect_timeout_s,
                                    on_silent=self._silent, on_refused=self._refused)

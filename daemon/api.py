@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError, ResponseValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 import adloader
@@ -36,6 +36,8 @@ DEFAULT_TAIL = 64 * 1024
 MAX_TAIL = 16 * 1024 * 1024
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 MAX_EVENT_ID = 2**63 - 1
+FOLLOW_POLL_S = 0.25  # how often a followed log is looked at for more
+ENDED_STATES = ("finished", "failed", "cancelled", "lost")
 SUBMITS_AT_ONCE = 4  # submits in flight (each may count a model's FLOPs in a child)
 JobId = Annotated[str, Path(max_length=limits.MAX_JOB_ID)]
 
@@ -82,6 +84,47 @@ class BodyLimit:
                            status_code=413)(scope, nothing, send)
 
 
+async def _follow(service: NodeService, job_id: str, path: str, tail: int):
+    """A log's last ``tail`` bytes, then whatever is appended, until the job has ended and
+    everything written is sent (or the client goes away: the generator is cancelled)."""
+    import asyncio
+
+    offset = None
+    while True:
+        ended = (service.job(job_id) or _Gone).state in ENDED_STATES
+        path = path or service.log_path(job_id) or ""  # none until the job is launched
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, 2)
+                size = fh.tell()
+                if offset is None or offset > size:  # first read, or the file was replaced
+                    offset = max(0, size - tail)
+                fh.seek(offset)
+                chunk = fh.read(1 << 20)
+        except OSError:
+            chunk = b""
+        if chunk:
+            offset += len(chunk)
+            yield chunk
+            continue
+        if ended:
+            return
+        await asyncio.sleep(FOLLOW_POLL_S)
+
+
+class _Gone:
+    state = "lost"
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def request_error_message(error: dict) -> str:
     """One line for a request validation error: which field or parameter, and what is wrong."""
     loc = tuple(error.get("loc", ()))
@@ -99,8 +142,11 @@ def request_error_message(error: dict) -> str:
     return text
 
 
-def create_app(service: NodeService, token: str) -> FastAPI:
-    """The API app serving ``service``, protected by the bearer ``token``."""
+def create_app(service: NodeService, token: str, metrics_token: str | None = None,
+               metrics_on_loopback: bool = False) -> FastAPI:
+    """The API app serving ``service``, protected by the bearer ``token``; ``/metrics`` also
+    takes the read-only ``metrics_token``, or no token from loopback with
+    ``metrics_on_loopback`` (as Prometheus scrapes a node exporter)."""
     if not token:
         raise ValueError("the API needs a non-empty bearer token")
     expected = token.encode()
@@ -171,10 +217,16 @@ def create_app(service: NodeService, token: str) -> FastAPI:
         return found(job_id, call("resume", service.resume, job_id))
 
     @v1.get("/jobs/{job_id}/log", response_class=PlainTextResponse, tags=["jobs"])
-    def job_log(job_id: JobId,
-                tail: Annotated[int, Query(ge=0, le=MAX_TAIL)] = DEFAULT_TAIL) -> str:
-        """The last ``tail`` bytes of the job's standard output and error."""
-        return found(job_id, call("reading the log", service.log, job_id, tail))
+    def job_log(job_id: JobId, tail: Annotated[int, Query(ge=0, le=MAX_TAIL)] = DEFAULT_TAIL,
+                follow: bool = False) -> Response:
+        """The last ``tail`` bytes of the job's standard output and error; with ``follow``,
+        then what it writes, as it writes it, until it has ended."""
+        if not follow:
+            return PlainTextResponse(found(job_id, call("reading the log", service.log, job_id,
+                                                        tail)))
+        path = found(job_id, call("reading the log", service.log_path, job_id))
+        return StreamingResponse(_follow(service, job_id, path, tail),
+                                 media_type="text/plain; charset=utf-8")
 
     @v1.get("/allocations", tags=["node"])
     def allocations() -> dict:
@@ -202,8 +254,19 @@ def create_app(service: NodeService, token: str) -> FastAPI:
     app.include_router(ui.router(expected, app.openapi_url, app.title))  # /ui and /docs
     app.add_middleware(BodyLimit, limit=limits.MAX_BODY_BYTES)
 
-    @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(authorize)],
-             tags=["node"])  # fmt: skip
+    scraper = metrics_token.encode() if metrics_token else None
+
+    def authorize_metrics(request: Request, creds: Annotated[
+            HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        given = creds.credentials.encode() if creds else b""
+        if scraper is not None and hmac.compare_digest(given, scraper):
+            return
+        if metrics_on_loopback and request.client and _loopback(request.client.host):
+            return
+        authorize(request, creds)
+
+    @app.get("/metrics", response_class=PlainTextResponse,
+             dependencies=[Depends(authorize_metrics)], tags=["node"])  # fmt: skip
     def metrics() -> PlainTextResponse:
         """Prometheus text exposition."""
         return PlainTextResponse(call("metrics", service.metrics), media_type=PROMETHEUS_TEXT)

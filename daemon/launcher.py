@@ -71,6 +71,7 @@ class Launcher:
         self.checkpoint_dir = Path(state_dir) / "checkpoints"
         self.children: dict[str, subprocess.Popen] = {}  # launched by this daemon
         self.adopted: dict[str, psutil.Process] = {}  # launched by an earlier one
+        self._meters: dict[int, psutil.Process] = {}  # kept: cpu_percent measures between calls
 
     def status_path(self, job_id: str) -> Path:
         return self.status_dir / f"{job_id}.exit"
@@ -197,6 +198,33 @@ class Launcher:
             return False
         return True
 
+    def cpu_percent(self, job_id: str) -> float | None:
+        """CPU % of a launched job's processes (its workers included) since the last call
+        for it (the first call measures nothing yet: 0); None for a job not launched here."""
+        proc = self.children.get(job_id)
+        pid = proc.pid if proc is not None else (
+            self.adopted[job_id].pid if job_id in self.adopted else None)
+        if pid is None:
+            return None
+        total = 0.0
+        try:
+            members = [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
+        except psutil.Error:
+            return 0.0
+        for member in members:
+            with contextlib.suppress(psutil.Error):
+                meter = self._meters.get(member)
+                if meter is None:
+                    meter = self._meters[member] = psutil.Process(member)
+                total += meter.cpu_percent(None)
+        return total
+
+    def forget_meters(self) -> None:
+        """Drop the meters of processes that are gone."""
+        for pid, meter in list(self._meters.items()):
+            if not meter.is_running():
+                del self._meters[pid]
+
     def tail(self, job_id: str, lines: int = TAIL_LINES, max_bytes: int = 4096) -> str:
         """The last lines of a job's output (kept with a failed job's final event)."""
         try:
@@ -220,19 +248,3 @@ def group_alive(pgid: int) -> bool:
             if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
                 return True
     return False
-
-
-def job_cpu_percent(pid: int | None) -> float:
-    """CPU % of a job's process and its children (its loader workers), from psutil."""
-    if not pid:
-        return 0.0
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            total += p.cpu_percent(interval=None)
-    return total

@@ -29,6 +29,7 @@ class LiveJob:
     iterations: int | None
     requested: int | None = None
     origin: str = "rest"  # rest | attached
+    name: str = ""  # a job started by hand: what it calls itself
     state: str = "buffered"
     workers: int = 0
     gpu_ids: tuple[int, ...] = ()
@@ -48,6 +49,7 @@ class LiveJob:
     finish: Finish | None = None  # what the master said
     cancel_at: float | None = None  # a cancel was asked at this time
     signalled: int = 0  # signals sent to stop it (launched jobs): 0, SIGTERM, SIGKILL
+    cpu_percent: float | None = None  # a launched job's processes, measured by the node
     busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
     wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
 

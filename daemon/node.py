@@ -43,6 +43,7 @@ STORE_CHECK_S = 2.0  # how often the daemon looks whether its state file is stil
 LOCK_CHUNK = 64  # messages handled under one hold of the node's lock
 HOUSEKEEPING_S = 0.05  # the scheduler's clock ticks at most this often
 ORPHAN_GRACE_S = 3.0  # a job whose supervisor died: its group's time to be seen gone
+EMULATED_GPUS = 4  # without CUDA: the paper's node (jobs emulate their GPU steps)
 RECOVERY_GRACE_S = 5.0  # a recovered job's time to be heard again
 
 
@@ -57,7 +58,9 @@ class Node(NodeServiceMixin):
         self.features = FeatureCounter(state / "model-features.json")
         self.cpu_group = cpu_group()  # the daemon's; a job reporting another is flagged
         self.capacity = config.capacity or _cores()
-        self.gpus = config.gpus or _cuda_devices() or 1
+        found = _cuda_devices()
+        self.gpus = config.gpus or found or EMULATED_GPUS
+        self.gpus_emulated = not config.gpus and not found  # jobs emulate their steps
         prior = model or prior_model(config.profile, state / "prior-model.json")
         self.lock = threading.RLock()
         self.scheduler = Scheduler(
@@ -177,10 +180,18 @@ class Node(NodeServiceMixin):
             self._guarded("exit", lambda j=job_id, s=status: self._apply(self._exited(j, s)))
         if check_store:
             self._guarded("store check", self._check_store)
+            self._guarded("cpu", self._measure_cpu)
         if self.dirty:
             self._resync()
         if self.orphans:
             self._guarded("orphans", self._watch_orphans)
+
+    def _measure_cpu(self) -> None:
+        """Each launched job's CPU since the last reading (every STORE_CHECK_S)."""
+        for job in self.scheduler.jobs.values():
+            if job.state in ACTIVE and job.origin == "rest":
+                job.cpu_percent = self.launcher.cpu_percent(job.id)
+        self.launcher.forget_meters()
 
     def _watch_orphans(self) -> None:
         for job_id, (status, since) in list(self.orphans.items()):
@@ -324,7 +335,7 @@ class Node(NodeServiceMixin):
         """A job started by hand gets a record like a submitted one (its own id)."""
         import re
 
-        name = re.sub(r"[^A-Za-z0-9._-]", "-", job.id)[:64] or "attached"
+        name = re.sub(r"[^A-Za-z0-9._-]", "-", job.name or job.id)[:64] or "attached"
         spec = JobSpec(name=name, command=["(started by hand)"], batch_size=job.batch_size,
                        gpus=job.gpus, iterations=job.iterations,
                        features={"flops_g": job.flops_g, "params_m": job.params_m})

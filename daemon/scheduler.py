@@ -271,7 +271,7 @@ class Scheduler(EndingsMixin):
                       workers=min(max(msg.workers, 1), max(free, 1)),
                       gpu_ids=tuple(range(min(feats.gpus, self.gpus))), last_seen=now,
                       submitted=now, registered=True, supervisor=msg.supervisor,
-                      peer=identity)
+                      peer=identity, name=msg.name or "")
         self.jobs[job.id] = job
         self._open(self.arrival_window_s)
         job.seq += 1

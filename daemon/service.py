@@ -66,6 +66,10 @@ class NodeService(Protocol):
         """``{"status": "ok", ...}``; cheap, no authentication needed."""
         ...
 
+    def log_path(self, job_id: str) -> str | None:
+        """Where a job's output is written ("" when it has none); None for an unknown job."""
+        ...
+
     def log(self, job_id: str, tail_bytes: int) -> str | None:
         """The last ``tail_bytes`` of a job's output; None for an unknown job."""
         ...

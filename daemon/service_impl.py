@@ -8,6 +8,7 @@ the node's lock, so a slow count never holds up the control loop or another requ
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -37,7 +38,8 @@ class NodeServiceMixin:
         live = self.scheduler.jobs.get(rec.id)
         running = live is not None and live.state in ACTIVE
         return JobView.from_record(rec, throughput=live.throughput if running else None,
-                                   iteration=live.iteration if live else None)
+                                   iteration=live.iteration if live else None,
+                                   cpu_percent=live.cpu_percent if running else None)
 
     def jobs(self) -> list[JobView]:
         with self.lock:
@@ -55,12 +57,16 @@ class NodeServiceMixin:
                 kept = cache.get(rec.id)
                 if kept is None or kept[0] is not rec:
                     body = JobView.from_record(rec).model_dump_json(
-                        exclude={"throughput", "iteration"})
+                        exclude={"throughput", "iteration", "cpu_percent"})
                     kept = cache[rec.id] = (rec, body[1:].encode())
                 live = self.scheduler.jobs.get(rec.id)
-                rate = repr(float(live.throughput)) if live and live.state in ACTIVE else "null"
+                running = live is not None and live.state in ACTIVE
+                rate = repr(float(live.throughput)) if running else "null"
                 step = str(live.iteration) if live else "null"
-                parts.append(f'{{"throughput":{rate},"iteration":{step},'.encode() + kept[1])
+                cpu = "null" if not running or live.cpu_percent is None else \
+                    repr(round(live.cpu_percent, 1))
+                parts.append(f'{{"throughput":{rate},"iteration":{step},"cpu_percent":{cpu},'
+                             .encode() + kept[1])
         return b"[" + b",".join(parts) + b"]"
 
     def job(self, job_id: str) -> JobView | None:
@@ -118,13 +124,17 @@ class NodeServiceMixin:
 
     def health(self) -> dict:
         out = {"status": "ok", "uptime_s": round(time.time() - self.started, 1),
-               "capacity": self.capacity, "gpus": self.gpus}
+               "capacity": self.capacity, "gpus": self.gpus, "pid": os.getpid()}
         if self.store_note:
             out["store"] = self.store_note
         if self.dirty:
             out["status"] = "degraded"
             out["unwritten_jobs"] = len(self.dirty)
         return out
+
+    def log_path(self, job_id: str) -> str | None:
+        rec = self.store.get_job(job_id)
+        return None if rec is None else (rec.log_path or "")
 
     def log(self, job_id: str, tail_bytes: int) -> str | None:
         rec = self.store.get_job(job_id)
@@ -142,18 +152,14 @@ class NodeServiceMixin:
         return self.metrics_cache.text()
 
     def _metrics_snapshot(self) -> dict:
-        from .launcher import job_cpu_percent
-
         with self.lock:
             live = list(self.scheduler.jobs.values())
-            records = {r.id: r for r in self.store.list_jobs()}
+            records = self.store.list_jobs()
             counters = dict(self.counters)
         states: dict[str, int] = {}
-        for rec in records.values():
+        for rec in records:
             states[rec.state] = states.get(rec.state, 0) + 1
-        pids = {j.id: records[j.id].pid for j in live if j.id in records}
-        jobs = [(j.id, j.state, j.workers, j.throughput,
-                 job_cpu_percent(pids[j.id]) if pids.get(j.id) else None)
+        jobs = [(j.id, j.state, j.workers, j.throughput, j.cpu_percent)
                 for j in live if j.state in ACTIVE]
         return {"capacity": self.capacity, "jobs": jobs, "states": states,
                 "counters": counters}

@@ -40,6 +40,20 @@ class StateLock:
         os.fsync(fd)
         self._fd = fd
 
+    def free(self) -> bool:
+        """Whether no daemon holds the lock now (it tries to, and lets go at once)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+        return True
+
     def release(self) -> None:
         if self._fd is not None:
             os.ftruncate(self._fd, 0)

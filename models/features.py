@@ -123,6 +123,35 @@ def regenerate(path: str | os.PathLike | None = None) -> Path:
     return target
 
 
+def count(module, sample_shape: tuple[int, ...], name: str = "") -> ModelFeatures:
+    """f and M of any ``torch.nn.Module``: FLOPs of one forward pass on one sample of
+    ``sample_shape`` (counted by ``FlopCounterMode`` on a ``meta`` copy, nothing computed),
+    parameters summed. For a user's own model, as a zoo model's are counted."""
+    import copy
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    params = sum(p.numel() for p in module.parameters())
+    try:
+        ghost = copy.deepcopy(module).to("meta").eval()
+        x = torch.empty((1, *sample_shape), device="meta")
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            ghost(x)
+        flops = float(counter.get_total_flops())
+    except Exception as exc:  # a model that cannot run on meta tensors, or a wrong shape
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"cannot count the FLOPs of {name or type(module).__name__} on an "
+                         f"input of shape {tuple(sample_shape)}: {first}; pass features="
+                         "(flops_g, params_m) instead") from None
+    if flops <= 0:
+        raise InputError(f"{name or type(module).__name__}: no FLOPs counted (no op with a "
+                         "registered formula ran); pass features=(flops_g, params_m) instead")
+    return ModelFeatures(name or type(module).__name__, flops, params, 4 * params,
+                         int(sample_shape[-1]) if sample_shape else 0)
+
+
 def lookup(name: str, image_size: int = DEFAULT_IMAGE_SIZE) -> ModelFeatures | None:
     """A model's features if known without measuring (the table, or measured before)."""
     key = (parse(name).name, image_size)

@@ -95,6 +95,9 @@ class FakeService:
         self._check()
         return {"status": "ok"}
 
+    def log_path(self, job_id: str) -> str | None:
+        return "" if job_id in self._jobs else None
+
     def log(self, job_id: str, tail_bytes: int) -> str | None:
         self._check()
         if job_id not in self._jobs:

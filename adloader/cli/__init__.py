@@ -17,6 +17,7 @@ from adloader.errors import DaemonBusy, DaemonUnavailable, InputError, StorageEr
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("adloader.cli.sim", "a live daemon running real jobs, then the static mix"),
     "daemon": ("adloader.cli.daemon", "run the node daemon (REST + ZeroMQ control channel)"),
+    "ui": ("adloader.cli.daemon", "the operator's page in a browser: a link that signs in"),
     "run": ("adloader.cli.daemon", "run a training command as a job of the daemon"),
     "submit": ("adloader.cli.jobs", "submit a training job to the daemon"),
     "jobs": ("adloader.cli.jobs", "list the daemon's jobs"),

@@ -40,16 +40,17 @@ def _daemon(args) -> int:
     """The daemon: claim the state dir, bind REST, recover, serve until SIGTERM or SIGINT,
     then stop accepting, flush the store, remove the control socket and exit 0. Running
     jobs keep training and re-attach to the next daemon."""
+    if args.stop:
+        return _stop(args)
+    if args.detach:
+        return _detach(args)
     import uvicorn
 
     from adloader.daemon.api import create_app
     from adloader.daemon.node import Node
     from adloader.daemon.state_lock import StateLock
 
-    config = load_config(args.config)
-    overrides = {k: v for k, v in vars(args).items()
-                 if k in DaemonConfig.__dataclass_fields__ and v is not None}
-    config = validate(DaemonConfig(**{**config.__dict__, **overrides}))
+    config = _settings(args)
     if not is_loopback(config.host) and not config.token_path.exists():
         raise InputError(f"refusing to listen on {config.host} (not loopback) without a token "
                          f"provisioned beforehand in {config.token_path}")
@@ -59,22 +60,113 @@ def _daemon(args) -> int:
     try:
         rest = _serve_socket(config.host, config.port)
         token, _ = ensure_token(config.token_path)
+        metrics_token, _ = ensure_token(config.metrics_token_path)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         node = Node(config)
         try:
             node.start()
             port = rest.getsockname()[1]
+            gpus = f"{node.gpus} GPUs" + (" (none found: emulated)" if node.gpus_emulated
+                                          else "")
             print(f"adloader daemon: REST http://{config.host}:{port} (token in "
                   f"{config.token_path}), control {config.control_endpoint}, "
-                  f"{node.capacity} workers, {node.gpus} GPUs, policy {config.policy}",
-                  flush=True)
-            server = _Server(uvicorn.Config(create_app(node, token), log_level="warning"))
+                  f"{node.capacity} workers, {gpus}, policy {config.policy}", flush=True)
+            app = create_app(node, token, metrics_token, config.metrics_on_loopback)
+            server = _Server(uvicorn.Config(app, log_level="warning"))
             server.run(sockets=[rest])
         finally:
             node.stop()
     finally:
         lock.release()
     print("adloader daemon: stopped; running jobs keep training", flush=True)
+    return 0
+
+
+def _settings(args):
+    config = load_config(args.config)
+    overrides = {k: v for k, v in vars(args).items()
+                 if k in DaemonConfig.__dataclass_fields__ and v is not None}
+    return validate(DaemonConfig(**{**config.__dict__, **overrides}))
+
+
+def _detach(args) -> int:
+    """Start the daemon in the background (a session of its own, its output in
+    STATE_DIR/daemon.log) and return once it answers, or say why it did not."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    config = _settings(args)
+    config.state_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_path = config.state_path / "daemon.log"
+    argv = ["daemon"]
+    for flag, dest in FLAGS.items():  # the same settings, in the foreground of its own session
+        if getattr(args, dest, None) is not None:
+            argv += [flag, str(getattr(args, dest))]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "adloader", *argv], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    url = f"http://{config.host}:{config.port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            raise InputError(f"the daemon exited with {proc.returncode}: "
+                             f"{tail[0] if tail else 'see ' + str(log_path)}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                print(f"adloader daemon: running (pid {proc.pid}), REST {url}, "
+                      f"log {log_path}; `adloader daemon --stop` stops it")
+                return 0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise InputError(f"the daemon did not answer within 120 s; see {log_path}")
+
+
+def _stop(args) -> int:
+    """Stop the daemon of the state dir gracefully (SIGTERM); its jobs keep training."""
+    import json
+    import time
+
+    from adloader.daemon.state_lock import StateLock
+
+    config = _settings(args)
+    lock = StateLock(config.state_path)
+    try:
+        holder = json.loads(lock.path.read_text() or "{}")
+    except (OSError, ValueError):
+        holder = {}
+    pid = holder.get("pid")
+    if not pid or lock.free():
+        raise InputError(f"no daemon is running on {config.state_path}")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not lock.free():
+        time.sleep(0.1)
+    if not lock.free():
+        raise InputError(f"the daemon (pid {pid}) did not stop within 30 s")
+    print(f"adloader daemon: stopped (pid {pid}); running jobs keep training")
+    return 0
+
+
+def _ui(args) -> int:
+    """The operator's page, with a link that signs in (the token stays in the fragment,
+    which browsers never send)."""
+    from adloader.daemon.rest_client import DaemonClient
+
+    client = DaemonClient.from_environment(args.url, args.token_file)
+    if not client.token:
+        raise InputError(f"no token to sign in with ({client.token_source} unreadable)")
+    link = f"{client.url}/ui#token={client.token}"
+    print(link)
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(link)
     return 0
 
 
@@ -115,26 +207,40 @@ def _run(args) -> int:
     return run(command, config.control_endpoint)
 
 
+# the daemon's flags: flag -> (setting, type, help); each overrides the settings file and
+# the ADLOADER_<SETTING> variables (adloader.config)
+SETTINGS = {
+    "--host": ("host", str, "REST address (loopback unless a token was provisioned)"),
+    "--port": ("port", int, "REST port (default 7070)"),
+    "--state-dir": ("state_dir", str, "state folder (default ~/.local/state/adloader)"),
+    "--policy": ("policy", str, "allocation policy (default optimal)"),
+    "--capacity": ("capacity", int, "loading workers of the node (default: the cores)"),
+    "--gpus": ("gpus", int, "GPUs of the node (default: CUDA's, else 4 emulated)"),
+    "--jobs-per-gpu": ("jobs_per_gpu", int, "jobs that may time-share one GPU (default 2)"),
+    "--arrival-window": ("arrival_window_s", float, "arrival buffer, seconds (default 30)"),
+    "--completion-window": ("completion_window_s", float, "completion buffer (default 30)"),
+    "--heartbeat": ("heartbeat_s", float, "heartbeat interval of the jobs (default 1)"),
+    "--profile": ("profile", str, "device profile for the prior TPM (default paper)"),
+    "--socket-group": ("socket_group", str, "group whose members' jobs may connect"),
+    "--cancel-grace": ("cancel_grace_s", float, "seconds a cancelled job has to stop"),
+}
+FLAGS = {"--config": "config", **{flag: dest for flag, (dest, *_) in SETTINGS.items()}}
+
+
 def register(sub) -> None:
     p = sub.add_parser("daemon", help="run the node daemon (REST + ZeroMQ control channel)")
     _options.config_option(p)
-    p.add_argument("--host", default=None)
-    p.add_argument("--port", type=int, default=None)
-    p.add_argument("--state-dir", dest="state_dir", default=None)
-    p.add_argument("--policy", default=None)
-    p.add_argument("--capacity", type=int, default=None, help="loading workers of the node")
-    p.add_argument("--gpus", type=int, default=None)
-    p.add_argument("--jobs-per-gpu", dest="jobs_per_gpu", type=int, default=None,
-                   help="jobs that may time-share one GPU (default 2)")
-    p.add_argument("--arrival-window", dest="arrival_window_s", type=float, default=None)
-    p.add_argument("--completion-window", dest="completion_window_s", type=float, default=None)
-    p.add_argument("--heartbeat", dest="heartbeat_s", type=float, default=None)
-    p.add_argument("--profile", default=None, help="device profile for the prior TPM")
-    p.add_argument("--socket-group", dest="socket_group", default=None,
-                   help="group whose members' jobs may use the control socket")
-    p.add_argument("--cancel-grace", dest="cancel_grace_s", type=float, default=None,
-                   help="seconds a cancelled job has to stop before it is signalled")
+    for flag, (dest, kind, text) in SETTINGS.items():
+        p.add_argument(flag, dest=dest, type=kind, default=None, help=text)
+    p.add_argument("-d", "--detach", action="store_true",
+                   help="run in the background; return once it answers")
+    p.add_argument("--stop", action="store_true",
+                   help="stop the state dir's daemon gracefully (jobs keep training)")
     p.set_defaults(func=_daemon)
+    p = sub.add_parser("ui", parents=[_options.daemon_options()],
+                       help="the operator's page: a link that signs in")
+    p.add_argument("--open", action="store_true", help="open it in a browser")
+    p.set_defaults(func=_ui)
     p = sub.add_parser("run", help="run a training command as a job of the daemon")
     _options.config_option(p)
     p.add_argument("command", nargs=argparse.REMAINDER)

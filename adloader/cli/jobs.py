@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a job file, or the job's command after --")  # fmt: skip
     p.add_argument("--name", help="job name (default: the model or the program's name)")
     p.add_argument("--model", help="zoo model the job trains, e.g. Resnet18")
-    p.add_argument("--batch-size", type=int, help="per-GPU batch size b")
+    p.add_argument("--batch-size", type=int, help="global batch B (B/n on each of n GPUs)")
     p.add_argument("--gpus", type=int, help="GPUs n (default 1)")
     p.add_argument("--iterations", type=int, help="training iterations")
     p.add_argument("--epochs", type=int, help="training epochs")
