@@ -4,7 +4,7 @@ Model (the same for every policy, so Belady's MIN is the upper bound): the node 
 ``sequence`` in order; an access is a *hit* when the sample is in the node cache (capacity in
 samples), otherwise a *miss* — one read from storage (a prefetch into the staging buffer is
 still a storage read). On a miss the policy decides whether the sample enters the cache and
-what leaves. ``simulate(policy, sequence, capacity, **kw)`` runs a policy from ``POLICIES``:
+what leaves. ``evaluate(policy, sequence, capacity, **kw)`` runs a policy from ``POLICIES``:
 
 - ``lru``: least recently used; hit iff the LRU stack distance (distinct samples since the
   last access) is < capacity — computed for all accesses at once (wavelet counting, numpy).
@@ -292,7 +292,7 @@ POLICIES: dict[str, Callable[..., CacheStats]] = {
 _STEPPED = (lobster, lobster_lazy)  # policies that read a NodeSequence's iterations
 
 
-def get_policy(name: str) -> Callable[..., CacheStats]:
+def get_eviction_policy(name: str) -> Callable[..., CacheStats]:
     try:
         return POLICIES[name]
     except KeyError:
@@ -300,9 +300,9 @@ def get_policy(name: str) -> Callable[..., CacheStats]:
             f"unknown cache policy {name!r}; choose one of {', '.join(POLICIES)}") from None
 
 
-def simulate(policy, sequence, capacity: int, **kw) -> CacheStats:
+def evaluate(policy, sequence, capacity: int, **kw) -> CacheStats:
     """Run ``policy`` (a name or a callable) on ``sequence`` with ``capacity`` samples."""
-    fn = get_policy(policy) if isinstance(policy, str) else policy
+    fn = get_eviction_policy(policy) if isinstance(policy, str) else policy
     if int(capacity) != capacity or capacity < 0:
         raise InputError(f"cache capacity must be a whole number of samples >= 0, "
                          f"got {capacity}")

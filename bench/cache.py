@@ -16,7 +16,13 @@ from collections.abc import Callable
 import numpy as np
 
 from adloader.access import access_stream, node_sequence
-from adloader.cache import CacheStats, get_policy, lru_expected, lru_stack_distance, simulate
+from adloader.cache import (
+    CacheStats,
+    evaluate,
+    get_eviction_policy,
+    lru_expected,
+    lru_stack_distance,
+)
 from adloader.errors import InputError
 
 POLICY_ORDER = ("belady", "lru", "lobster", "nopfs")
@@ -47,7 +53,7 @@ def run_cache_bench(size: int = 1_281_167, epochs: int = 3, world_size: int = 8,
         if not 0 < f <= 1:
             raise InputError(f"bench cache: cache fraction must be in (0, 1], got {f}")
     for p in policies:
-        get_policy(p)
+        get_eviction_policy(p)
     k = world_size if ranks_per_node is None else int(ranks_per_node)
     if not 1 <= k <= world_size:
         raise InputError(f"bench cache: ranks per node must be in 1..{world_size}, got {k}")
@@ -69,7 +75,7 @@ def run_cache_bench(size: int = 1_281_167, epochs: int = 3, world_size: int = 8,
                 stats = _stats_from_hits(lru_dist < capacity)
                 seconds = lru_seconds
             else:
-                stats = simulate(policy, seq, capacity)
+                stats = evaluate(policy, seq, capacity)
                 seconds = time.perf_counter() - t0
             after = stats.window(warm)
             if policy == "belady":

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from adloader.daemon.process import DaemonProcess
-from adloader.sim.profile import load_profile, save_profile
+from adloader.sim.device_profile import load_profile, save_profile
 from adloader.sim.trace import Trace, fit_to_gpus, load_trace
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
-from adloader.workloads.profiling import (
+from adloader.workloads.measure import (
     fit_alpha,
     logical_cores,
     measure_loading,

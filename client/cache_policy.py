@@ -10,7 +10,7 @@ A policy turns an access into keys for ``SharedSampleCache`` (the largest key is
 samples whose key is larger than the admit key, else the sample bypasses the cache — and
 ``touch`` on a hit gives the new key (None: unchanged). A ``batched`` policy gets its keys after
 use from ``after``, once the whole local batch was looked up (Lobster's "after iteration h").
-The decisions are those of ``adloader.cache.simulate`` for the same name.
+The decisions are those of ``adloader.cache.evaluate`` for the same name.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adloader.cache import get_policy
+from adloader.cache import get_eviction_policy
 from adloader.errors import InputError
 
 NEVER = np.iinfo(np.int64).max  # not used again: not worth a slot
@@ -234,7 +234,7 @@ ONLINE = {p.name: p for p in (LRU, Belady, Lobster, LobsterLazy, NoPFS)}
 
 
 def make_policy(name: str, plan: AccessPlan | None) -> OnlinePolicy:
-    get_policy(name)  # the same names (and the same error) as adloader.cache
+    get_eviction_policy(name)  # the same names (and the same error) as adloader.cache
     if name not in ONLINE:
         raise InputError(f"cache policy {name!r} has no online form; choose one of "
                          f"{', '.join(ONLINE)}")

@@ -40,7 +40,7 @@ def prior_model(profile_name: str, cache: Path | None = None) -> ThroughputModel
     ``daemon.refit``) from noisy samples of a device profile (``paper`` unless configured;
     ``adloader profile`` measures this one), and kept in ``cache`` for the next start while
     the profile stays the same."""
-    from adloader.sim.profile import load_profile
+    from adloader.sim.device_profile import load_profile
 
     name = profile_name or "paper"
     digest = hashlib.sha256(json.dumps(asdict(load_profile(name)), sort_keys=True,

@@ -36,7 +36,7 @@ def fit(request: dict) -> dict:
     prior = request["prior"]
     if isinstance(prior, str):
         from adloader.sim import synth
-        from adloader.sim.profile import load_profile
+        from adloader.sim.device_profile import load_profile
 
         training, loading = synth.samples(load_profile(prior or "paper"), seed)
         return ThroughputModel.fit(training, loading, seed).to_json()

@@ -2,7 +2,7 @@ import pytest
 
 from adloader import cli
 from adloader.sim import synth
-from adloader.sim.profile import load_profile
+from adloader.sim.device_profile import load_profile
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from adloader.client import attach
 from adloader.client.loader import ElasticDataLoader
 from adloader.errors import InputError
 from adloader.models import build, features
-from adloader.sim.profile import load_profile
+from adloader.sim.device_profile import load_profile
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 
 

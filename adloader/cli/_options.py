@@ -77,7 +77,7 @@ def load_model(path: str | Path):
 def simulation_setup(args: argparse.Namespace):
     """(profile, model, SimConfig) from the sim options."""
     from adloader.sim import synth
-    from adloader.sim.profile import load_profile
+    from adloader.sim.device_profile import load_profile
     from adloader.sim.simulator import SimConfig
 
     if args.realloc_cost < 0:

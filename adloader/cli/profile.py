@@ -21,8 +21,8 @@ from rich.table import Table
 
 from adloader.errors import InputError
 from adloader.samples import LoadingSample, TrainingSample
-from adloader.sim.profile import DeviceProfile, save_profile
-from adloader.workloads import profiling
+from adloader.sim.device_profile import DeviceProfile, save_profile
+from adloader.workloads import measure
 from adloader.workloads.dataset import SyntheticJPEGDataset
 from adloader.workloads.samplefile import write_samples
 
@@ -48,8 +48,8 @@ def _int_list(text: str, flag: str) -> list[int]:
 def _settings(args: argparse.Namespace, device: str) -> dict:
     """Resolve flags: given value, else the --quick or full default."""
     base = dict(FULL, **QUICK) if args.quick else dict(FULL)
-    models, batches = profiling.default_training(device)
-    base.setdefault("max_workers", 2 * profiling.logical_cores())
+    models, batches = measure.default_training(device)
+    base.setdefault("max_workers", 2 * measure.logical_cores())
     base.setdefault("models", list(models))
     base.setdefault("train_batches", list(batches))
     out = dict(base)
@@ -103,7 +103,7 @@ def profile_command(args: argparse.Namespace) -> int:
     from adloader import models as zoo
 
     console = _output.console()
-    device = profiling.default_device()
+    device = measure.default_device()
     cfg = _settings(args, device)
     for name in cfg["models"]:
         zoo.features(name)  # an unknown model is an InputError before anything is measured
@@ -114,7 +114,7 @@ def profile_command(args: argparse.Namespace) -> int:
         raise InputError(f"{out}: cannot create the output folder: {exc.strerror}") from None
 
     workers = list(range(1, cfg["max_workers"] + 1))
-    console.print(f"[bold]adloader profile[/] on {profiling.device_text()}")
+    console.print(f"[bold]adloader profile[/] on {measure.device_text()}")
     console.print(
         f"loading: {cfg['images']} JPEG files (256x256, in {cfg['data']}), decoded and augmented "
         f"to 224x224, batch {cfg['batch_size']}, {cfg['batches']} timed batches for each "
@@ -143,21 +143,21 @@ def profile_command(args: argparse.Namespace) -> int:
             bar.console.print(f"  {message}")
             bar.advance(task)
 
-        measured = profiling.measure_loading(
+        measured = measure.measure_loading(
             dataset, workers, cfg["batch_size"], cfg["batches"], rounds=cfg["rounds"],
             progress=step, every_round=True,
         )  # fmt: skip
-        loading = profiling.median_loading(measured)
+        loading = measure.median_loading(measured)
         bar.update(task, description="training 1/μ")
-        training = profiling.measure_training(
+        training = measure.measure_training(
             cfg["models"], cfg["train_batches"], cfg["steps"], device,
             warmup=cfg["warmup"], progress=step,
         )  # fmt: skip
     if not training:
         raise InputError("no training step could be timed (out of GPU memory at every batch?)")
 
-    profile = profiling.profile_from_samples(
-        args.name, training, loading, cores=profiling.logical_cores(),
+    profile = measure.profile_from_samples(
+        args.name, training, loading, cores=measure.logical_cores(),
         extra={"loading_batch_size": cfg["batch_size"], "training_device": device},
         training_device=device,
     )  # fmt: skip

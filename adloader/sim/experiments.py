@@ -18,7 +18,7 @@ import numpy as np
 from rich.progress import Progress
 
 from adloader.allocation import POLICIES, JobDemand, get_policy, total_throughput
-from adloader.sim.profile import DeviceProfile
+from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace
 from adloader.throughput import ThroughputModel

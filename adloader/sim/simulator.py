@@ -22,7 +22,7 @@ from adloader.errors import InputError
 from adloader.gpushare import iteration_rates
 from adloader.models import features
 from adloader.planner import PlanJob, plan
-from adloader.sim.profile import DeviceProfile
+from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.trace import Trace, TraceJob
 from adloader.throughput import ThroughputModel
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from adloader.models import PAPER_MODELS, features
 from adloader.samples import LoadingSample, TrainingSample
-from adloader.sim.profile import DeviceProfile
+from adloader.sim.device_profile import DeviceProfile
 
 BATCHES = (16, 32, 64, 128)
 GPUS = (1, 2, 4)

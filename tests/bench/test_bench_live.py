@@ -24,7 +24,7 @@ def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch
     from adloader.bench import live as bench_live
     from adloader.models import features
     from adloader.samples import TrainingSample
-    from adloader.sim.profile import load_profile
+    from adloader.sim.device_profile import load_profile
 
     paper = load_profile("paper")
     asked = {}

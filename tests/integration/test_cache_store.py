@@ -1,5 +1,5 @@
 """SharedSampleCache: one shared copy across forked workers, the budget as the OS measures it,
-the same decisions as ``adloader.cache.simulate``, bad inputs, dead lock holders, cleanup."""
+the same decisions as ``adloader.cache.evaluate``, bad inputs, dead lock holders, cleanup."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from adloader.access import access_stream, node_sequence
-from adloader.cache import simulate
+from adloader.cache import evaluate
 from adloader.client.cache_policy import AccessPlan
 from adloader.client.cache_store import SharedSampleCache
 from adloader.client.shm_arena import DIRTY, FREE_TOP
@@ -86,7 +86,7 @@ def test_decisions_match_the_simulator(policy):
     seq = node_sequence(stream, ranks=[1])
     budget = SharedSampleCache.budget_for(size, capacity * bb, bb, plan.epochs)
     kw = {"prefetch": 0} if policy.startswith("lobster") else {}
-    ref = simulate(policy, seq, capacity, **kw)
+    ref = evaluate(policy, seq, capacity, **kw)
     with SharedSampleCache(budget, size, policy, plan, block_bytes=bb,
                            sample_bytes=[bb] * size) as cache:
         assert cache.arena.blocks == capacity

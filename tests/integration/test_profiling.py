@@ -12,9 +12,9 @@ from PIL import Image
 from adloader.cli import main
 from adloader.errors import InputError
 from adloader.samples import LoadingSample, TrainingSample
-from adloader.sim.profile import load_profile
+from adloader.sim.device_profile import load_profile
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
-from adloader.workloads.profiling import (
+from adloader.workloads.measure import (
     fit_alpha,
     measure_loading,
     node_loading_table,

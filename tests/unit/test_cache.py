@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adloader.access import access_stream, node_sequence
-from adloader.cache import POLICIES, lru_expected, lru_stack_distance, simulate
+from adloader.cache import POLICIES, evaluate, lru_expected, lru_stack_distance
 from adloader.errors import InputError
 
 seqs = st.lists(st.integers(0, 7), max_size=40)
@@ -86,7 +86,7 @@ def lobster_reference(seq, capacity, steps, period, prefetch, eager):
 @settings(max_examples=150, deadline=None)
 @given(seqs, caps)
 def test_lru_matches_ordered_dict(seq, capacity):
-    stats = simulate("lru", np.array(seq, dtype=np.int64), capacity)
+    stats = evaluate("lru", np.array(seq, dtype=np.int64), capacity)
     assert stats.hit.tolist() == lru_reference(seq, capacity)
     assert stats.hits + stats.misses == len(seq)
 
@@ -103,7 +103,7 @@ def test_lru_stack_distance_brute_force(seq):
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(0, 4), max_size=11), st.integers(0, 3))
 def test_belady_is_optimal(seq, capacity):
-    assert simulate("belady", np.array(seq, dtype=np.int64), capacity).hits == optimal_hits(
+    assert evaluate("belady", np.array(seq, dtype=np.int64), capacity).hits == optimal_hits(
         seq, capacity)
 
 
@@ -111,15 +111,15 @@ def test_belady_is_optimal(seq, capacity):
 @given(seqs, caps)
 def test_no_policy_beats_belady(seq, capacity):
     arr = np.array(seq, dtype=np.int64)
-    best = simulate("belady", arr, capacity).hits
+    best = evaluate("belady", arr, capacity).hits
     for name in POLICIES:
-        assert simulate(name, arr, capacity).hits <= best, name
+        assert evaluate(name, arr, capacity).hits <= best, name
 
 
 @settings(max_examples=100, deadline=None)
 @given(seqs, caps)
 def test_nopfs_matches_reference(seq, capacity):
-    assert simulate("nopfs", np.array(seq, dtype=np.int64), capacity).hit.tolist() == \
+    assert evaluate("nopfs", np.array(seq, dtype=np.int64), capacity).hit.tolist() == \
         nopfs_reference(seq, capacity)
 
 
@@ -127,7 +127,7 @@ def test_nopfs_matches_reference(seq, capacity):
 @given(seqs, caps, st.integers(1, 4), st.integers(1, 4), st.integers(0, 2), st.booleans())
 def test_lobster_matches_reference(seq, capacity, per_step, period, prefetch, eager):
     steps = [i // per_step for i in range(len(seq))]
-    got = simulate("lobster", np.array(seq, dtype=np.int64), capacity, steps=steps,
+    got = evaluate("lobster", np.array(seq, dtype=np.int64), capacity, steps=steps,
                    steps_per_epoch=period, prefetch=prefetch, eager=eager)
     assert got.hit.tolist() == lobster_reference(seq, capacity, steps, period, prefetch, eager)
 
@@ -137,7 +137,7 @@ def test_belady_on_shuffled_epochs_hits_capacity_per_epoch():
     rng = np.random.default_rng(0)
     seq = np.concatenate([rng.permutation(500) for _ in range(4)])
     for capacity in (0, 1, 50, 250, 500):
-        per_epoch = simulate("belady", seq, capacity).hit.reshape(4, -1).sum(axis=1)
+        per_epoch = evaluate("belady", seq, capacity).hit.reshape(4, -1).sum(axis=1)
         assert per_epoch.tolist() == [0] + [capacity] * 3
 
 
@@ -150,7 +150,7 @@ def shuffled():
 @pytest.mark.parametrize("fraction", [0.1, 0.3, 0.5])
 def test_order_on_shuffled_streams_one_node(shuffled, fraction):
     capacity = int(fraction * 8000)
-    r = {name: simulate(name, shuffled[0], capacity).hits for name in POLICIES}
+    r = {name: evaluate(name, shuffled[0], capacity).hits for name in POLICIES}
     assert r["lru"] < r["lobster"] <= r["belady"]
     assert r["lru"] < r["nopfs"] <= r["belady"]
     assert r["lobster"] >= 0.97 * r["belady"]
@@ -162,7 +162,7 @@ def test_order_on_shuffled_streams_one_node(shuffled, fraction):
 def test_order_on_shuffled_streams_part_of_the_ranks(shuffled, fraction):
     """A node with 2 of 8 ranks reads a quarter of each epoch: frequencies differ (NoPFS §3.1)."""
     capacity = int(fraction * 8000)
-    r = {name: simulate(name, shuffled[1], capacity).hits for name in POLICIES}
+    r = {name: evaluate(name, shuffled[1], capacity).hits for name in POLICIES}
     assert r["lru"] < r["lobster-lazy"] <= r["belady"]
     assert r["lru"] < r["nopfs"] <= r["belady"]
     assert r["lobster-lazy"] >= 0.97 * r["belady"]
@@ -182,15 +182,15 @@ def test_lru_on_shuffled_epochs_matches_expectation(shuffled):
 
 def test_nopfs_tiers_take_the_most_frequent_first():
     seq = np.array([5, 1, 5, 2, 5, 1, 3, 1, 5, 2, 4], dtype=np.int64)  # r: 5:4, 1:3, 2:2
-    stats = simulate("nopfs", seq, 3, tiers=(1, 2))
+    stats = evaluate("nopfs", seq, 3, tiers=(1, 2))
     assert stats.tier_hits == (3, 3)  # RAM: sample 5; SSD: samples 1 and 2
-    assert stats.hits == 6 == simulate("nopfs", seq, 3).hits
+    assert stats.hits == 6 == evaluate("nopfs", seq, 3).hits
     with pytest.raises(InputError):
-        simulate("nopfs", seq, 3, tiers=(1, -2))
+        evaluate("nopfs", seq, 3, tiers=(1, -2))
 
 
 def test_window_counts_a_part():
-    stats = simulate("lru", np.array([1, 1, 2, 1, 2], dtype=np.int64), 2)
+    stats = evaluate("lru", np.array([1, 1, 2, 1, 2], dtype=np.int64), 2)
     assert stats.window(2).hits == 2 and stats.window(2).misses == 1
     assert stats.window(0, 2).hit_ratio == 0.5
 
@@ -198,10 +198,10 @@ def test_window_counts_a_part():
 def test_bad_input():
     seq = np.array([1, 2, 1], dtype=np.int64)
     with pytest.raises(InputError, match="unknown cache policy 'fifo'"):
-        simulate("fifo", seq, 2)
+        evaluate("fifo", seq, 2)
     with pytest.raises(InputError, match="capacity"):
-        simulate("lru", seq, -1)
+        evaluate("lru", seq, -1)
     with pytest.raises(InputError, match="sample ids"):
-        simulate("lru", np.array([1.5, 2.0]), 1)
+        evaluate("lru", np.array([1.5, 2.0]), 1)
     with pytest.raises(InputError, match="non-decreasing"):
-        simulate("lobster", seq, 1, steps=[1, 0, 2])
+        evaluate("lobster", seq, 1, steps=[1, 0, 2])

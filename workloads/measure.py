@@ -17,14 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import psutil
 import torch
 from scipy.optimize import nnls
 from torch.utils.data import DataLoader, Dataset
 
 from adloader.errors import InputError
 from adloader.samples import LoadingSample, TrainingSample
-from adloader.sim.profile import DeviceProfile
+from adloader.sim.device_profile import DeviceProfile
 
 CPU_MODELS = ("smResnet20", "mdResnet12", "smVGG7", "smResnet32")
 CPU_BATCHES = (4, 8, 16)
@@ -38,7 +37,11 @@ Progress = Callable[[str], None]
 
 
 def logical_cores() -> int:
-    return psutil.cpu_count(logical=True) or 1
+    """The cores this process may run on (``adloader.host.cores``: the same count as the
+    daemon's, a cpuset or taskset honoured)."""
+    from adloader.host.cores import node_cores
+
+    return node_cores()
 
 
 def default_workers(cores: int | None = None) -> list[int]:
