@@ -160,7 +160,9 @@ def _keep(active, wanted, workers, capacity, table, threshold) -> dict[str, int]
     for job, demand in zip(active, wanted, strict=True):
         if not job.running or workers[job.name] == job.workers:
             continue
-        now = min(demand.training_rate, table[node, min(job.workers, capacity)])
+        kept = min(job.workers, capacity)  # priced on the node total it would have kept
+        kept_node = min(node - workers[job.name] + kept, capacity)
+        now = min(demand.training_rate, table[kept_node, kept])
         then = min(demand.training_rate, table[node, workers[job.name]])
         if abs(then - now) <= threshold * max(now, 1e-9):
             trial = dict(out, **{job.name: job.workers})

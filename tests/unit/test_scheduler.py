@@ -352,8 +352,13 @@ def test_heartbeats_report_progress_and_yield_samples(sched, clock):
     assert job.iteration == 30 and job.throughput == 250.0
     assert job.busy_s == pytest.approx(0.96 + 20 * 0.094)
     assert out.samples == [(job.id, LoadingSample(4, node, 250.0))]
+    # exactly 5 % (1 s of a 20 s iteration, exact in binary) still counts as training
+    out = sched.message(peer(job.id), Heartbeat(job=job.id, token=token(job.id), iteration=31,
+                                                step_s=19.0, data_wait_s=1.0,
+                                                samples_per_s=1.6, workers=4))
+    assert out.samples == [(job.id, TrainingSample(32, 1, 3.63, 11.7, 19.0))]
     # no step measured yet: nothing to learn from
-    out = sched.message(peer(job.id), Heartbeat(job=job.id, token=token(job.id), iteration=30,
+    out = sched.message(peer(job.id), Heartbeat(job=job.id, token=token(job.id), iteration=31,
                                                 step_s=0.0, data_wait_s=0.0,
                                                 samples_per_s=0.0, workers=4))
     assert out.samples == []
@@ -615,6 +620,7 @@ def test_cancelling_a_lost_launched_job_kills_what_is_left(sched, clock):
 def test_pause_and_resume(sched, clock):
     start(sched, clock, "j-000001", "j-000002")
     a, b = sched.jobs["j-000001"], sched.jobs["j-000002"]
+    had = b.workers
     with pytest.raises(InputError):
         sched.resume(a.id)  # not paused
     out = sched.pause(a.id, checkpoint=True)
@@ -624,7 +630,7 @@ def test_pause_and_resume(sched, clock):
     assert (a.state, a.workers) == ("paused", 0)
     assert event(out, "paused", a.id) == {"seq": 2, "checkpoint": "/ckpt/a"}
     out = sched.tick()  # its workers go to the others now
-    assert b.workers == CAPACITY - 3 and sent(out, b.id) == [Resize(seq=2, workers=b.workers)]
+    assert b.workers > had and sent(out, b.id) == [Resize(seq=2, workers=b.workers)]
     with pytest.raises(InputError):
         sched.pause(a.id)  # already paused
     out = sched.resume(a.id)
