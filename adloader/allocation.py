@@ -9,10 +9,18 @@ Every policy is a pure function ``policy(jobs, capacity, loading) -> {name: work
 
 T_i(d_i) = min(B_i·μ_i, λ(d_i; Σd)). When C ≥ N every job gets at least one worker; when
 C < N the first C jobs (queue order) get one and the rest none — they wait.
+
+Exact: ``optimal`` (max Σ T_i), ``fair`` / ``fair:α`` (max Σ T_i with every T_i ≥ α·b_i,
+b_i the job's rate under ``balance``; ``adloader.fair_allocation``) and the exhaustive
+``oracle`` / ``oracle_fair`` the tests hold them to (``adloader.fair_frontier``, with
+``pareto_frontier``). Heuristics: ``waa`` (Algorithm 1) and the paper's manual rules
+``balance``, ``proportion``, ``inverse``, ``requested``. The exact ones break ties towards
+fewer workers only up to 1e-9 relative, and quantise gains to 1e-9.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from adloader.errors import InputError
+from adloader.fair_allocation import check_alpha, fair
 
 
 @dataclass(frozen=True)
@@ -290,12 +299,19 @@ POLICIES: dict[str, Policy] = {
     "requested": requested,
     "waa": waa,
     "optimal": optimal,
+    "fair": fair,  # α = 0.95; ``fair:α`` picks another
 }
 
 
 def get_policy(name: str) -> Policy:
-    """A policy from the registry by name (shared by the simulator and the daemon)."""
+    """A policy from the registry by name (shared by the simulator and the daemon).
+
+    ``fair:α`` is ``fair`` with the sharing floor α in [0, 1] (e.g. ``fair:0.9``).
+    """
+    if name.startswith("fair:"):
+        return functools.partial(fair, alpha=check_alpha(name[len("fair:"):]))
     try:
         return POLICIES[name]
     except KeyError:
-        raise InputError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)}") from None
+        raise InputError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)} "
+                         "(or fair:α, 0 ≤ α ≤ 1)") from None

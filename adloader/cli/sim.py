@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from adloader.allocation import DEFAULT_POLICY, POLICIES
+from adloader.allocation import DEFAULT_POLICY, POLICIES, get_policy
+from adloader.errors import InputError
 
 from . import _options, _output
 
@@ -59,10 +60,20 @@ def _demo(args: argparse.Namespace) -> int:
                             plot_path=out_dir / "static-timeline.png")
 
 
+def _policy(name: str) -> str:
+    """A registered policy name, or ``fair:α`` with 0 ≤ α ≤ 1."""
+    try:
+        get_policy(name)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
+
+
 def register(sub) -> None:
     p = sub.add_parser("sim", help="simulate a trace on one node under a policy")
     p.add_argument("trace", help="trace JSON or bundled name (paper-static, paper-dynamic)")
-    p.add_argument("--policy", default=DEFAULT_POLICY, choices=sorted(POLICIES))
+    p.add_argument("--policy", default=DEFAULT_POLICY, type=_policy,
+                   help=f"{', '.join(sorted(POLICIES))}, or fair:α (default {DEFAULT_POLICY})")
     p.add_argument("--no-realloc", action="store_true",
                    help="running jobs keep their workers; new ones get what is free")
     _options.sim_options(p)

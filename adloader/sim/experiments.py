@@ -5,7 +5,8 @@
 - dynamic: Table III; every policy with reallocation against the no-reallocation run
   with each job's requested workers (Fig. 8 vs Fig. 9); ratios of makespan.
 - tpm: held-out R² of every regressor for F_μ and F_λ (Table I) on noisy profile samples.
-- allocation: time to allocate 1,000 jobs over 1,024 workers, per policy, side by side.
+- allocation: time to allocate 1,000 jobs over 1,024 workers, per policy, against ``optimal``;
+  ``fair`` re-solving after one change and after one arrival on a 16-job node.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from rich.progress import Progress
 
 from adloader.allocation import POLICIES, JobDemand, get_policy, total_throughput
+from adloader.fair_allocation import FairAllocator
 from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace
@@ -68,27 +70,87 @@ def dynamic(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     return runs
 
 
-def allocation_timing(jobs: int = 1000, capacity: int = 1024, repeats: int = 7,
-                      seed: int = 0) -> list[dict]:
-    """Median wall time of each policy on one random instance, with its Σ T."""
-    rng = np.random.default_rng(seed)
+def _loading_table(capacity: int) -> np.ndarray:
+    """λ(d; D) = d/D·L(D), L piecewise linear: knee at 0.3 C, saturation at 0.7 C."""
     node = np.arange(capacity + 1)
     knee, sat = capacity * 0.3, capacity * 0.7
-    capacity_rate = 100 * np.minimum(node, knee) + 40 * np.clip(node - knee, 0, sat - knee)
+    rate = 100 * np.minimum(node, knee) + 40 * np.clip(node - knee, 0, sat - knee)
     d = node[None, :]
-    table = np.where(d <= node[:, None], d / np.maximum(node[:, None], 1) * capacity_rate[:, None],
-                     0.0)
-    demands = [JobDemand(f"j{i}", float(rng.uniform(20, 250)), float(rng.uniform(0.2, 25)),
-                         int(rng.integers(1, 8))) for i in range(jobs)]
+    return np.where(d <= node[:, None], d / np.maximum(node[:, None], 1) * rate[:, None], 0.0)
+
+
+def _demand(rng, name: str) -> JobDemand:
+    return JobDemand(name, float(rng.uniform(20, 250)), float(rng.uniform(0.2, 25)),
+                     int(rng.integers(1, 8)))
+
+
+def _timed(call: Callable[[], dict]) -> tuple[float, dict]:
+    start = time.perf_counter()
+    plan = call()
+    return time.perf_counter() - start, plan
+
+
+def _row(policy: str, case: str, jobs, capacity: int, table, times: list[float],
+         plan: dict) -> dict:
+    return {"policy": policy, "case": case, "jobs": len(jobs), "capacity": capacity,
+            "median_ms": statistics.median(times) * 1000, "workers": sum(plan.values()),
+            "throughput": total_throughput(jobs, plan, table)}
+
+
+def _against_optimal(rows: list[dict]) -> list[dict]:
+    """Each row's time and Σ T against ``optimal`` on the same case, in the same run."""
+    for r in rows:
+        ref = next(x for x in rows if x["case"] == r["case"] and x["policy"] == "optimal")
+        r["time_ratio"] = r["median_ms"] / ref["median_ms"]
+        r["throughput_ratio"] = r["throughput"] / ref["throughput"]
+    return rows
+
+
+def allocation_timing(jobs: int = 1000, capacity: int = 1024, repeats: int = 7,
+                      seed: int = 0, small: tuple[int, int] = (16, 64)) -> list[dict]:
+    """Median wall time of each policy on one random instance, with its Σ T; then ``fair``
+    re-solving with a warm :class:`FairAllocator` after one job's rate changes (N × C) and
+    after one arrival on a small node (16 jobs, 64 workers), each beside ``optimal``."""
+    rng = np.random.default_rng(seed)
+    table = _loading_table(capacity)
+    demands = [_demand(rng, f"j{i}") for i in range(jobs)]
+    case = f"{jobs} jobs × {capacity} workers"
     rows = []
     for name in POLICIES:
         policy: Callable = get_policy(name)
-        times, plan = [], None
-        for _ in range(repeats):
-            start = time.perf_counter()
-            plan = policy(demands, capacity, table)
-            times.append(time.perf_counter() - start)
-        rows.append({"policy": name, "median_ms": statistics.median(times) * 1000,
-                     "workers": sum(plan.values()),
-                     "throughput": total_throughput(demands, plan, table)})
+        runs = [_timed(lambda p=policy: p(demands, capacity, table)) for _ in range(repeats)]
+        rows.append(_row(name, case, demands, capacity, table, [t for t, _ in runs],
+                         runs[-1][1]))
+    # one job's rate changes: a solver warm from the previous instance re-solves
+    changed = []
+    for r in range(repeats):
+        i = (r * 7919) % jobs
+        after = list(demands)
+        after[i] = JobDemand(demands[i].name, float(rng.uniform(20, 250)))
+        changed.append(after)
+    rows += _incremental(f"{case}, one rate changed", demands, changed, capacity, table)
+    # one arrival on a small node
+    n, cap = small
+    small_table = _loading_table(cap)
+    base = [_demand(rng, f"s{i}") for i in range(n)]
+    arrivals = [base + [_demand(rng, f"new{r}")] for r in range(5 * repeats)]
+    rows += _incremental(f"{n} + 1 arrival × {cap} workers", base, arrivals, cap, small_table)
+    return _against_optimal(rows)
+
+
+def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
+    """``optimal`` and one-call ``fair`` on each instance, and a warm solver re-solving it."""
+    rows = []
+    for name in ("optimal", "fair"):
+        policy = get_policy(name)
+        runs = [_timed(lambda p=policy, a=a: p(a, capacity, table)) for a in afters]
+        rows.append(_row(name, case, afters[-1], capacity, table, [t for t, _ in runs],
+                         runs[-1][1]))
+    times = []
+    for after in afters:
+        solver = FairAllocator(table)
+        previous = solver.allocate(before, capacity)  # the last decision, untimed
+        took, plan = _timed(lambda s=solver, a=after, p=previous: s.allocate(a, capacity, p))
+        times.append(took)
+    rows.append(_row("fair, warm re-solve", case, afters[-1], capacity, table, times, plan))
     return rows

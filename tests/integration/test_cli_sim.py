@@ -80,11 +80,20 @@ def test_bench_static_order_and_table(tmp_path, capsys):
     assert runs[("inverse", False)] <= runs[("waa", True)] <= runs[("optimal", True)]
 
 
-def test_bench_dynamic_and_allocation(capsys):
+def test_bench_dynamic_and_allocation(tmp_path, capsys):
     code, out, _ = run(["bench", "dynamic"], capsys)
     assert code == 0 and "× no-realloc" in out
-    code, out, _ = run(["bench", "allocation", "--jobs", "50", "--capacity", "64"], capsys)
-    assert code == 0 and "optimal" in out
+    out_json = tmp_path / "a.json"
+    code, out, _ = run(["bench", "allocation", "--jobs", "50", "--capacity", "64", "--json",
+                        str(out_json)], capsys)
+    assert code == 0 and "optimal" in out and "× optimal time" in out
+    rows = json.loads(out_json.read_text())
+    named = {(r["policy"], r["case"]): r for r in rows}
+    assert named[("optimal", "50 jobs × 64 workers")]["time_ratio"] == 1.0
+    assert {"fair", "fair, warm re-solve"} <= {r["policy"] for r in rows}
+    assert any("arrival" in r["case"] for r in rows)
+    # fair is exact for its own objective, which caps it at optimal's Σ T
+    assert all(r["median_ms"] > 0 and r["throughput_ratio"] <= 1 + 1e-9 for r in rows)
 
 
 def test_demo_writes_table_and_picture(tmp_path, capsys):
