@@ -6,7 +6,8 @@ package's own modules, outside ``cli`` and ``host``) is pure: no sockets, proces
 """
 
 __version__ = "0.1.0"
-__all__ = ["ElasticDataLoader", "JobCancelled", "attach", "__version__"]
+__all__ = ["ElasticDataLoader", "JobCancelled", "PathTable", "ShardedStream", "attach",
+           "__version__"]
 
 
 def __getattr__(name: str):
@@ -14,6 +15,14 @@ def __getattr__(name: str):
         from adloader.client.loader import ElasticDataLoader
 
         return ElasticDataLoader
+    if name == "ShardedStream":
+        from adloader.client.stream import ShardedStream
+
+        return ShardedStream
+    if name == "PathTable":
+        from adloader.client.paths import PathTable
+
+        return PathTable
     if name == "attach":
         from adloader.client.attach import attach
 

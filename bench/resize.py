@@ -11,6 +11,7 @@ first one comes later). "restart" and "serial" handovers run fewer resizes, for 
 (b) Per-batch time of ElasticDataLoader vs ``torch.utils.data.DataLoader``, same workers and
 order, runs alternating, median of several; on the JPEG dataset and on a tiny in-memory one
 where the loader's own per-batch cost shows.
+(c) A ``ShardedStream`` resized, workers killed, per-worker memory (``loader_faults``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from adloader.bench import loader_faults as faults
 from adloader.client.loader import ElasticDataLoader
 from adloader.errors import InputError
 from adloader.order import rank_order
@@ -80,7 +82,7 @@ def _ms(x: float) -> float:
 def _baseline(jpeg, size, workers, batch_size, step_s, seed) -> float:
     """Median __next__ wait of an uninterrupted run with ``workers`` (warm-up batches left out)."""
     loader = ElasticDataLoader(_Indexed(jpeg, size), batch_size, shuffle=True, seed=seed,
-                               num_workers=workers, multiprocessing_context=CTX)
+                               num_workers=workers)
     waits: list[float] = []
     loader.on_batch = lambda s: waits.append(s.wait_s)
     for _ in loader:
@@ -94,8 +96,7 @@ def _resize_run(jpeg, handover, resizes, every, pattern, batch_size, step_s, see
     batches = (resizes + 1) * every
     size = batches * batch_size
     loader = ElasticDataLoader(_Indexed(jpeg, size), batch_size, shuffle=True, seed=seed,
-                               num_workers=pattern[0], multiprocessing_context=CTX,
-                               handover=handover)
+                               num_workers=pattern[0], handover=handover)
     waits: list[float] = []
     loader.on_batch = lambda s: waits.append(s.wait_s)
     seen: list[int] = []
@@ -229,6 +230,12 @@ def run_resize_bench(
                 overhead.append({"dataset": kind, **row})
                 if progress:
                     progress("overhead", len(overhead), 4)
+        if progress:
+            progress("stream, kills, memory", 0, 3)
+        stream = faults.stream_row(jpeg, pattern, every, 60 if quick else 600, batch_size, step_s)
+        kill = faults.kill_row(jpeg, 2, 3 if quick else 10, batch_size, 80 if quick else 600)
+        memory = faults.memory_rows(10**5 if quick else 10**6, 2, 256,
+                                    20_000 if quick else 200_000)
     return {
         "config": {
             "resizes": resizes, "every": every, "pattern": list(pattern),
@@ -239,4 +246,5 @@ def run_resize_bench(
         "baseline_wait_ms": {str(n): _ms(w) for n, w in base.items()},
         "resize": runs,
         "overhead": overhead,
+        "stream": stream, "kill": kill, "memory": memory,
     }

@@ -27,9 +27,9 @@ def epoch_batches(order: Sequence[int], batch_size: int | None, drop_last: bool)
 
     With ``batch_size=None`` (no automatic batching) each unit is one sample index.
     """
-    indices = [int(i) for i in order]
     if batch_size is None:
-        return indices
+        return list(order)  # a sampler may yield lists (torch hands each to the dataset)
+    indices = [int(i) for i in order]
     stop = len(indices) - len(indices) % batch_size if drop_last else len(indices)
     return [indices[i : i + batch_size] for i in range(0, stop, batch_size)]
 
@@ -46,25 +46,36 @@ class BatchWindow:
     Passed as that loader's ``batch_sampler`` (or ``sampler`` when unbatched); torch draws from
     it only in the consumer's thread. ``next_pos`` is the first batch not yet handed out and
     ``cut()`` ends the window there: what was handed out is still delivered, nothing more.
+    ``redo`` (positions a dead pool left outstanding) is handed out first; ``handed[k]`` is the
+    position of the k-th unit handed out (torch's send index k).
     """
 
-    def __init__(self, batches: list, start: int) -> None:
-        self.reset(batches, start)
+    def __init__(self, batches: list, start: int, stop: int | None = None,
+                 redo: Sequence[int] = ()) -> None:
+        self.reset(batches, start, stop, redo)
 
-    def reset(self, batches: list, start: int) -> None:
+    def reset(self, batches: list, start: int, stop: int | None = None,
+              redo: Sequence[int] = ()) -> None:
         self.batches = batches
         self.start = start
-        self.stop = len(batches)
+        self.stop = len(batches) if stop is None else stop
         self.next_pos = start
+        self.redo = list(redo)
+        self.handed: list[int] = []
 
     def __iter__(self) -> Iterator:
+        batches, handed = self.batches, self.handed
+        for pos in self.redo:
+            handed.append(pos)
+            yield batches[pos]
         while self.next_pos < self.stop:
-            unit = self.batches[self.next_pos]
+            pos = self.next_pos
             self.next_pos += 1
-            yield unit
+            handed.append(pos)
+            yield batches[pos]
 
     def __len__(self) -> int:
-        return self.stop - self.start
+        return len(self.redo) + self.stop - self.start
 
     def cut(self, ahead: int = 0) -> int:
         """End the window ``ahead`` batches after the first not handed out yet; returns the end."""
@@ -101,32 +112,41 @@ class WindowPool:
 
     @property
     def drained(self) -> bool:
-        return self.delivered >= self.window.stop - self.window.start
+        return self.delivered >= len(self.window)
 
 
 class InlineFetch:
     """The 0-worker pool: fetch and collate in the consumer's thread, as torch's single-process
     loader does (``__getitems__`` when the dataset has it, pinning with ``pin_memory`` on
-    CUDA), without a torch DataLoader's per-batch bookkeeping."""
+    CUDA), without a torch DataLoader's per-batch bookkeeping. A sample that raises costs its
+    batch only: the window has moved past it (``processed``) and the next call goes on."""
 
     def __init__(self, dataset, window: BatchWindow, batched: bool, collate_fn,
-                 pin_memory: bool) -> None:
+                 pin_memory: bool, pin_memory_device: str = "") -> None:
         self.dataset, self.window, self.batched = dataset, window, batched
         self.collate = collate_fn or (default_collate if batched else default_convert)
         self.pin = pin_memory and torch.cuda.is_available()
+        self.device = pin_memory_device or None
+        self.getitems = getattr(dataset, "__getitems__", None) if batched else None
+        self.units = iter(window)
+        self.processed = False
 
-    def __iter__(self) -> Iterator:
-        dataset, collate, pin = self.dataset, self.collate, self.pin
-        getitems = getattr(dataset, "__getitems__", None) if self.batched else None
-        for unit in self.window:
-            if not self.batched:
-                data = dataset[unit]
-            elif getitems is not None:
-                data = getitems(unit)
-            else:
-                data = [dataset[i] for i in unit]
-            data = collate(data)
-            yield pin_memory(data) if pin else data
+    def __iter__(self) -> InlineFetch:
+        return self
+
+    def __next__(self) -> Any:
+        self.processed = False
+        unit = next(self.units)
+        self.processed = True
+        dataset = self.dataset
+        if not self.batched:
+            data = dataset[unit]
+        elif self.getitems is not None:
+            data = self.getitems(unit)
+        else:
+            data = [dataset[i] for i in unit]
+        data = self.collate(data)
+        return pin_memory(data, self.device) if self.pin else data
 
 
 class Lookahead:

@@ -97,8 +97,7 @@ def main(argv=None) -> int:
     dataset = SyntheticJPEGDataset(data, size=args.iterations * args.batch_size + args.batch_size,
                                    images=args.images, crop=args.crop, seed=args.seed)
     loader = ElasticDataLoader(dataset, batch_size=args.batch_size, shuffle=True,
-                               num_workers=args.workers, seed=args.seed, drop_last=True,
-                               multiprocessing_context="fork")
+                               num_workers=args.workers, seed=args.seed, drop_last=True)
     cuda = torch.cuda.is_available()
     net = optimizer = None
     if cuda:

@@ -56,6 +56,17 @@ def sim_options(parser: argparse.ArgumentParser) -> None:
                              f"{LIVE_RESIZE_S} s; the paper's pause-and-retrieve: 16)")
 
 
+def counts(text: str) -> tuple[int, ...]:
+    """An argparse type: ``N`` or ``N,M,...`` (worker counts, each >= 0)."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or N,M,...; got {text!r}") from None
+    if min(values) < 0:
+        raise argparse.ArgumentTypeError(f"counts must be >= 0, got {text!r}")
+    return values
+
+
 def output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="write the result as JSON")
     parser.add_argument("--plot", default=None, help="write the timeline PNG")

@@ -6,6 +6,7 @@ live resizes, caches, locality, storage, and the command line's own start-up."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 
 from rich.progress import Progress
@@ -94,33 +95,40 @@ def bench_tpm(args) -> int:
 
 
 def bench_allocation(args) -> int:
-    """Allocation speed of every policy on many jobs."""
+    """Allocation speed of every policy on many jobs, against ``optimal`` in the same run."""
     from adloader.sim import experiments
 
     rows = experiments.allocation_timing(args.jobs, args.capacity)
-    ref = next(r for r in rows if r["policy"] == "balance")
-    out = [[r["policy"], f"{r['median_ms']:.2f}", f"{r['median_ms'] / ref['median_ms']:.1f}",
-            r["workers"], f"{r['throughput']:.0f}"] for r in rows]
+    out = [[r["policy"], r["case"], f"{r['median_ms']:.3f}", f"{r['time_ratio']:.3f}",
+            r["workers"], f"{r['throughput']:.0f}", f"{r['throughput_ratio']:.4f}"]
+           for r in rows]
     _output.console().print(_output.table(
-        f"allocating {args.jobs} jobs over {args.capacity} workers",
-        ["policy", "median ms", "× balance time", "workers", "Σ T samples/s"], out))
+        "allocation time, medians (baseline: optimal on the same case)",
+        ["policy", "case", "median ms", "× optimal time", "workers", "Σ T samples/s",
+         "Σ T × optimal"], out, left=2))
     _output.save(args.json, rows)
     return 0
 
 
 # -- the real ones ------------------------------------------------------------------------
+@contextlib.contextmanager
+def _phases(console, label: str):
+    """A transient progress bar; yields ``tick(phase, done, total)`` for the benchmark."""
+    with Progress(transient=True, console=console) as progress:
+        task = progress.add_task(label, total=None)
+
+        def tick(phase, done, total):
+            progress.update(task, description=f"{label}: {phase}", completed=done, total=total)
+
+        yield tick
+
+
 def bench_resize(args) -> int:
     """ElasticDataLoader: live resizes (stall, lost, repeated) and per-batch overhead."""
     from adloader.bench.resize import run_resize_bench
 
     console = _output.console()
-    with Progress(transient=True, console=console) as progress:
-        task = progress.add_task("bench resize", total=None)
-
-        def tick(phase, done, total):
-            progress.update(task, description=f"bench resize: {phase}", completed=done,
-                            total=total)
-
+    with _phases(console, "bench resize") as tick:
         result = run_resize_bench(quick=args.quick, progress=tick)
     rows = [[r["handover"], r["resizes"], "yes" if r["in_order"] else "NO", r["lost"],
              r["repeated"], f"{r['stall_median_ms']:.1f}", f"{r['stall_p95_ms']:.1f}",
@@ -134,6 +142,18 @@ def bench_resize(args) -> int:
     console.print(_output.table("per-batch cost against torch.utils.data.DataLoader (same run, "
                          "medians)", ["dataset", "workers", "torch ms/batch", "elastic ms/batch",
                                       "× torch", "× torch, paired"], rows))
+    s, k = result["stream"], result["kill"]
+    console.print(_output.table("a ShardedStream resized, workers killed (SIGKILL from outside)",
+                                ["row", "events", "samples", "lost", "repeated", "notes"], [
+        ["stream resized", s["resizes"], s["samples"], s["lost"], s["repeated"],
+         f"{s['samples_per_s']} samples/s"],
+        [f"worker killed ({k['workers']} workers)", k["kills"], "", k["lost"], k["repeated"],
+         f"respawn stall {k['respawn_stall_ms_median']} ms median; torch: "
+         f"{k['torch_samples_lost']} samples lost ({k['torch_error']})"]]))
+    rows = [[m["loader"], m["workers"], m["uss_mib_per_worker"], f"{m['ratio']:.3f}"]
+            for m in result["memory"]]
+    console.print(_output.table("memory per worker, a dataset of 10^6 paths (USS after reading "
+                                "a fifth)", ["loader", "workers", "MiB", "× torch"], rows))
     _output.save(args.json, result)
     return 0
 
@@ -175,8 +195,10 @@ def bench_live(args) -> int:
     cfg = LiveConfig()
     if args.quick:
         cfg = LiveConfig(policies=("balance", "optimal"), iterations_scale=0.03, rounds=1)
+    if args.workers is not None and len(args.workers) != 1:
+        raise InputError("bench live: --workers takes one count")
     given = {"rounds": args.rounds, "iterations_scale": args.iterations_scale,
-             "crop": args.crop, "capacity": args.workers}
+             "crop": args.crop, "capacity": args.workers and args.workers[0]}
     cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
     if cfg.rounds < 1 or cfg.iterations_scale <= 0 or cfg.crop < 0 or cfg.capacity < 0:
         raise InputError("bench live: --rounds must be >= 1, --iterations-scale > 0, "
@@ -280,6 +302,24 @@ def bench_storage(args) -> int:
     return 0
 
 
+def bench_loaders(args) -> int:
+    """torch's DataLoader, torchdata's StatefulDataLoader, SPDL's pipeline (threads, processes)
+    and ElasticDataLoader on one JPEG workload: samples/s and CPU per sample, per worker count."""
+    from adloader.bench.loaders import loaders_table, run_loaders_bench
+
+    console = _output.console()
+    with _phases(console, "bench loaders") as tick:
+        result = run_loaders_bench(workers=args.workers, rounds=args.rounds, crop=args.crop,
+                                   quick=args.quick, progress=tick)
+    title, columns, rows = loaders_table(result)
+    console.print(_output.table(title, columns, rows, left=2))
+    cfg = result["config"]
+    console.print(f"load average {cfg['load_before'][0]:.2f} before, {cfg['load_after'][0]:.2f} "
+                  f"after; paired: the median over rounds of the ratio to torch in that round")
+    _output.save(args.json, result)
+    return 0
+
+
 def bench_startup(args) -> int:
     """The command line's start-up: `adloader --help`, `jobs`, `submit --help` against a bare
     interpreter importing argparse, in the same run (medians)."""
@@ -308,6 +348,7 @@ BENCHMARKS = {
     "locality": (bench_locality, "locality-aware batches, simulated and on gloo ranks"),
     "storage": (bench_storage, "epoch time over slow storage with the node's RAM cache"),
     "startup": (bench_startup, "the command line's start-up time"),
+    "loaders": (bench_loaders, "ElasticDataLoader beside torch, torchdata and SPDL loaders"),
 }
 
 
@@ -329,13 +370,15 @@ def register(sub) -> None:
     p.add_argument("--masters", default="200,1000",
                    help="api: simulated masters, a row per count (default 200,1000)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="live: rounds of every policy (default 3)")
+                   help="live: rounds of every policy (default 3); loaders: rounds (default 5)")
     p.add_argument("--iterations-scale", dest="iterations_scale", type=float, default=None,
                    help="live: the trace's iterations × this (default 0.2)")
     p.add_argument("--crop", type=int, default=None,
-                   help="live: image crop (default 224 with CUDA, 112 emulated)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="live: the daemon's workers (default: cores with CUDA, else 3 ×)")
+                   help="live: image crop (default 224 with CUDA, 112 emulated); loaders: "
+                        "crop (default 224)")
+    p.add_argument("--workers", type=_options.counts, default=None,
+                   help="live: the daemon's workers (default: cores with CUDA, else 3 ×); "
+                        "loaders: worker counts, a row each (default 1,2,4)")
     p.add_argument("--ranks-per-node", type=int, default=None,
                    help="cache: ranks on the node (default: all of them)")
     p.set_defaults(func=_bench)

@@ -39,7 +39,8 @@ def indices(batches) -> list[int]:
 
 def loader(ds=None, **kw) -> ElasticDataLoader:
     kw.setdefault("batch_size", 4)
-    kw.setdefault("multiprocessing_context", CTX)
+    if kw.get("num_workers"):
+        kw.setdefault("multiprocessing_context", CTX)
     return ElasticDataLoader(ds if ds is not None else Numbers(), **kw)
 
 
@@ -277,8 +278,8 @@ def _running(pid: int) -> bool:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_threads_give_the_same_batches(workers):
     ds = Numbers(45)
-    assert same(loader(ds, shuffle=True, threads=2, num_workers=workers),
-                loader(ds, shuffle=True, num_workers=0))
+    assert same(loader(ds, shuffle=True, seed=4, threads=2, num_workers=workers),
+                loader(ds, shuffle=True, seed=4, num_workers=0))
 
 
 def test_on_batch_receives_stats_and_may_resize():
@@ -320,15 +321,15 @@ def test_worker_error_propagates(workers):
         next(it)
     with pytest.raises(ValueError, match="sample 21 is corrupt"):
         next(it)
-    with pytest.raises(ValueError, match="sample 21"):  # retried with a fresh pool, fails again
-        next(it)
+    rest = indices(it)  # as torch: the error was that batch's, the epoch goes on
+    assert rest == list(range(24, 40))
     ours.close()
 
 
 def test_bad_arguments_are_input_errors():
-    with pytest.raises(InputError, match="num_workers"):
+    with pytest.raises(ValueError, match="num_workers"):
         loader().resize(-1)
-    with pytest.raises(InputError, match="shuffle"):
+    with pytest.raises(ValueError, match="shuffle"):
         loader(sampler=[0, 1], shuffle=True)
     with pytest.raises(InputError, match="rank"):
         loader(rank=2, world_size=2)
