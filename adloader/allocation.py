@@ -40,6 +40,7 @@ class JobDemand:
     training_rate: float  # B·F_μ samples/s, the most loading can buy (GPU sharing included)
     model_size: float = 1.0  # M, used by proportion / inverse
     requested: int | None = None  # the user's own num_workers
+    remaining: float = 0.0  # S_i, samples left (for ``jct``; 0 when unknown)
 
 
 Allocation = dict[str, int]
@@ -292,6 +293,13 @@ def oracle(jobs, capacity, loading) -> Allocation:
 
 DEFAULT_POLICY = "optimal"
 
+
+def _jct(jobs, capacity, loading) -> Allocation:
+    from adloader.completion import jct
+
+    return jct(jobs, capacity, loading)
+
+
 POLICIES: dict[str, Policy] = {
     "balance": balance,
     "proportion": proportion,
@@ -300,6 +308,7 @@ POLICIES: dict[str, Policy] = {
     "waa": waa,
     "optimal": optimal,
     "fair": fair,  # α = 0.95; ``fair:α`` picks another
+    "jct": _jct,  # min Σ predicted completion time, with fair's floor
 }
 
 
@@ -310,6 +319,10 @@ def get_policy(name: str) -> Policy:
     """
     if name.startswith("fair:"):
         return functools.partial(fair, alpha=check_alpha(name[len("fair:"):]))
+    if name.startswith("jct:"):
+        from adloader.completion import jct
+
+        return functools.partial(jct, alpha=check_alpha(name[len("jct:"):]))
     try:
         return POLICIES[name]
     except KeyError:

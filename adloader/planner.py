@@ -70,8 +70,8 @@ def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
           for j in jobs}
     caps = {j.name: most / mu[j.name] for j in jobs}  # u cap = λ·s/B with s = B/μ
     shares = fair_shares({j.name: placement[j.name] for j in jobs}, caps)
-    return [JobDemand(j.name, shares[j.name] * mu[j.name], j.params_m, j.requested)
-            for j in jobs]
+    return [JobDemand(j.name, shares[j.name] * mu[j.name], j.params_m, j.requested,
+                      remaining=j.remaining_samples) for j in jobs]
 
 
 def plan(

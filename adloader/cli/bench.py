@@ -35,12 +35,14 @@ def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
     rows = [[r["policy"], "yes" if r["realloc"] else "no", f"{r['aggregate_throughput']:.0f}",
              f"{r['ratio']:.3f}", f"{r['makespan_s']:.0f}", f"{r['mean_jct_s']:.0f}",
              f"{r['gpu_idle_fraction']:.0%}", r["reallocations"],
-             ",".join(str(j["workers_initial"]) for j in r["jobs"])]
+             ",".join(str(j["workers_initial"]) for j in r["jobs"]),
+             f"{r['worst_job_ratio']:.2f}", f"{r['makespan_ratio']:.2f}"]
             for r in sorted(runs, key=lambda r: r["ratio"])]
     out.print(_output.table("static mix (Fig. 3): Σ throughput against fixed balance",
                             ["policy", "reallocation", "Σ samples/s", "× balance",
                              "makespan s", "mean JCT s", "GPU idle", "reallocs",
-                             "initial workers"], rows, left=2))
+                             "initial workers", "worst job × balance",
+                             "makespan × balance"], rows, left=2))
     shown = [r for r in runs if r["paper_setting"] and r["policy"] in ("balance", "waa",
                                                                         "optimal")]
     _output.save(json_path, runs)
@@ -72,12 +74,13 @@ def bench_dynamic(args) -> int:
                                config)
     rows = [[r["policy"], "yes" if r["realloc"] else "no", f"{r['makespan_s']:.0f}",
              f"{r['ratio']:.3f}", f"{r['aggregate_throughput']:.0f}",
-             f"{r['throughput_ratio']:.3f}", f"{r['mean_jct_s']:.0f}", r["reallocations"]]
+             f"{r['throughput_ratio']:.3f}", f"{r['mean_jct_s']:.0f}", r["reallocations"],
+             f"{r['worst_job_ratio']:.2f}"]
             for r in runs]
     out.print(_output.table("dynamic trace (Table III): makespan against no reallocation",
                             ["policy", "reallocation", "makespan s", "× no-realloc",
-                             "Σ samples/s", "× no-realloc ", "mean JCT s", "reallocs"], rows,
-                            left=2))
+                             "Σ samples/s", "× no-realloc ", "mean JCT s", "reallocs",
+                             "worst job × balance"], rows, left=2))
     _output.save(args.json, runs)
     shown = [runs[0], next(r for r in runs if r["policy"] == DEFAULT_POLICY)]
     _output.plot(args.plot, shown, f"bench dynamic, profile {profile.name}")

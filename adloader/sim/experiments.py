@@ -26,7 +26,7 @@ from adloader.sim.trace import Trace
 from adloader.throughput import ThroughputModel
 
 FIXED = ("proportion", "balance", "inverse", "requested")  # the paper's manual allocations
-SCHEDULED = ("waa", "optimal")
+SCHEDULED = ("waa", "optimal", "fair", "jct")
 
 
 def _runs(trace, profile, model, configs, label) -> list[dict]:
@@ -53,7 +53,20 @@ def static(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     for r in runs:
         r["ratio"] = r["aggregate_throughput"] / ref["aggregate_throughput"]
         r["paper_setting"] = (r["policy"] in SCHEDULED) == r["realloc"]
+        job_ratios(r, ref)
     return runs
+
+
+def job_ratios(run: dict, ref: dict) -> None:
+    """Each job's rate (samples / JCT) against its rate in ``ref``; the worst, and makespan
+    and mean JCT against ``ref``'s."""
+    base = {j["name"]: j for j in ref["jobs"]}
+    for j in run["jobs"]:
+        b = base[j["name"]]
+        j["rate_ratio"] = round(b["jct_s"] / max(j["jct_s"], 1e-9), 4)
+    run["worst_job_ratio"] = min(j["rate_ratio"] for j in run["jobs"])
+    run["makespan_ratio"] = run["makespan_s"] / max(ref["makespan_s"], 1e-9)
+    run["mean_jct_ratio"] = run["mean_jct_s"] / max(ref["mean_jct_s"], 1e-9)
 
 
 def dynamic(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
@@ -64,9 +77,11 @@ def dynamic(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     configs += [SimConfig(**{**base.__dict__, "policy": p, "realloc": True}) for p in POLICIES]
     runs = _runs(trace, profile, model, configs, "bench dynamic")
     ref = runs[0]
+    bal = next(r for r in runs if r["policy"] == "balance" and r["realloc"])
     for r in runs:
         r["ratio"] = r["makespan_s"] / ref["makespan_s"]
         r["throughput_ratio"] = r["aggregate_throughput"] / ref["aggregate_throughput"]
+        job_ratios(r, bal)  # each job against balance with reallocation
     return runs
 
 
