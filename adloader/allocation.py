@@ -327,4 +327,4 @@ def get_policy(name: str) -> Policy:
         return POLICIES[name]
     except KeyError:
         raise InputError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)} "
-                         "(or fair:α, 0 ≤ α ≤ 1)") from None
+                         "(or fair:α, jct:α, 0 ≤ α ≤ 1)") from None

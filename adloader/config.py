@@ -22,7 +22,7 @@ class DaemonConfig:
     state_dir: str = ""  # SQLite file, token file, job logs ("" = ~/.local/state/adloader)
     endpoint: str = ""  # ZeroMQ ROUTER ("" = ipc://STATE_DIR/control.sock)
     socket_group: str = ""  # group whose members' jobs may connect ("" = the daemon's user)
-    policy: str = "optimal"  # allocation policy (adloader.allocation.POLICIES)
+    policy: str = "optimal"  # allocation policy (adloader.allocation.POLICIES, fair:α, jct:α)
     capacity: int = 0  # loading workers of the node (0 = logical cores)
     gpus: int = 0  # GPUs of the node (0 = CUDA devices, at least 1)
     jobs_per_gpu: int = 2  # jobs that may time-share one GPU
@@ -99,6 +99,9 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
     """The settings' ranges, whatever set them (file, environment or command line)."""
     if cfg.port < 0 or cfg.port > 65535:
         raise InputError(f"setting 'port' must be 0..65535, got {cfg.port}")
+    from adloader.allocation import get_policy
+
+    get_policy(cfg.policy)  # an unknown name stops here, not in the scheduling loop
     if cfg.jobs_per_gpu < 1:
         raise InputError(f"setting 'jobs_per_gpu' must be at least 1, got {cfg.jobs_per_gpu}")
     for key in ("arrival_window_s", "completion_window_s", "heartbeat_s", "cancel_grace_s"):

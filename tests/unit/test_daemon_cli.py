@@ -34,3 +34,16 @@ def test_non_loopback_needs_a_provisioned_token(tmp_path, capsys):
 def test_run_without_a_command_is_one_line(capsys):
     assert cli.main(["run"]) == 2
     assert "give the command after --" in capsys.readouterr().err
+
+
+def test_an_unknown_policy_is_refused_before_the_daemon_starts():
+    import pytest as _pytest
+
+    from adloader.config import config_from
+    from adloader.errors import InputError
+
+    with _pytest.raises(InputError, match="unknown policy 'bogus'"):
+        config_from({"policy": "bogus"}, environ={})
+    with _pytest.raises(InputError, match="α must be in"):
+        config_from({}, environ={"ADLOADER_POLICY": "fair:2"})
+    assert config_from({"policy": "jct:0.9"}, environ={}).policy == "jct:0.9"
