@@ -51,6 +51,9 @@ def sim_options(parser: argparse.ArgumentParser) -> None:
                         help="loading workers of the node (default: the profile's)")
     parser.add_argument("--window", type=float, default=30.0,
                         help="arrival and completion buffer windows, seconds (paper: 30)")
+    parser.add_argument("--prediction-error", type=float, default=0.0,
+                        help="each job's predicted training rate off by up to ± this fraction "
+                             "(robustness; the simulated truth is unchanged)")
     parser.add_argument("--realloc-cost", type=float, default=LIVE_RESIZE_S,
                         help="seconds a resized job stalls (default: adloader's live resize, "
                              f"{LIVE_RESIZE_S} s; the paper's pause-and-retrieve: 16)")
@@ -95,8 +98,12 @@ def simulation_setup(args: argparse.Namespace):
         raise InputError("--realloc-cost must be at least 0")
     if args.cores is not None and args.cores < 1:
         raise InputError("--cores must be at least 1")
+    error = getattr(args, "prediction_error", 0.0)
+    if not 0.0 <= error < 1.0:
+        raise InputError(f"--prediction-error must be in [0, 1), got {error}")
     profile = load_profile(args.profile)
     model = load_model(args.model) if args.model else synth.fitted_model(profile, args.seed)
     config = SimConfig(capacity=args.cores, arrival_window_s=args.window,
-                       completion_window_s=args.window, realloc_cost_s=args.realloc_cost)
+                       completion_window_s=args.window, realloc_cost_s=args.realloc_cost,
+                       prediction_error=error, error_seed=args.seed)
     return profile, model, config

@@ -19,13 +19,15 @@ from . import _options, _output
 # -- the simulated ones -------------------------------------------------------------------
 def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
                      plot_path=None, window: float = 30.0, realloc_cost: float | None = None,
-                     cores: int | None = None, model_path: str | None = None) -> int:
+                     cores: int | None = None, model_path: str | None = None,
+                     prediction_error: float = 0.0) -> int:
     """Fig. 3's static mix under every policy, with and without reallocation."""
     from adloader.sim import experiments
     from adloader.sim.simulator import LIVE_RESIZE_S
     from adloader.sim.trace import load_trace
 
     args = argparse.Namespace(profile=profile_name, seed=seed, model=model_path, cores=cores,
+                              prediction_error=prediction_error,
                               window=window, realloc_cost=LIVE_RESIZE_S if realloc_cost is None
                               else realloc_cost)
     profile, model, config = _options.simulation_setup(args)
@@ -58,7 +60,7 @@ def _intro(out, profile, config) -> None:
 
 def bench_static(args) -> int:
     return static_benchmark(args.profile, args.seed, args.json, args.plot, args.window,
-                            args.realloc_cost, args.cores, args.model)
+                            args.realloc_cost, args.cores, args.model, args.prediction_error)
 
 
 def bench_dynamic(args) -> int:

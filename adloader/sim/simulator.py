@@ -63,6 +63,8 @@ class SimConfig:
     completion_window_s: float = 30.0
     realloc_cost_s: float = LIVE_RESIZE_S  # stall of a resized job; paper's mechanism: 16 s
     keep_threshold: float = 0.02  # a resize must change the job's predicted T by more
+    prediction_error: float = 0.0  # ε: predicted B·F_μ off by up to ±ε per job (truth intact)
+    error_seed: int = 0
 
 
 @dataclass
@@ -132,6 +134,10 @@ class Simulator:
                  config: SimConfig | None = None):
         self.profile, self.model = profile, model
         self.cfg = config or SimConfig()
+        if self.cfg.prediction_error > 0:
+            from adloader.sim.noisy_model import NoisyModel
+
+            self.model = NoisyModel(model, self.cfg.prediction_error, self.cfg.error_seed)
         self.policy = get_policy(self.cfg.policy)
         self.capacity = self.cfg.capacity or profile.loading_workers
         self.realloc_cost = self.cfg.realloc_cost_s

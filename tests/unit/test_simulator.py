@@ -78,3 +78,19 @@ def test_trace_needing_more_gpus_than_the_profile(paper_profile, paper_model):
     job = TraceJob(name="big", model="Resnet18", batch_size=64, gpus=8, iterations=5, arrival_s=0)
     with pytest.raises(InputError, match="job 'big'"):
         simulate(Trace(jobs=[job]), paper_profile, paper_model)
+
+
+def test_prediction_error_is_bounded_fixed_per_job_and_leaves_the_truth():
+    from adloader.sim.noisy_model import NoisyModel
+
+    class Flat:
+        def training_throughput(self, b, g, f, p):
+            return 100.0
+
+        kind = "flat"
+
+    noisy = NoisyModel(Flat(), 0.2, seed=3)
+    rates = {noisy.training_throughput(32, 1, f, 1.0) for f in (1.0, 2.0, 3.0, 4.0, 5.0)}
+    assert all(80.0 <= r <= 120.0 for r in rates) and len(rates) == 5
+    assert noisy.training_throughput(32, 1, 2.0, 1.0) == noisy.training_throughput(32, 1, 2.0, 1.0)
+    assert noisy.kind == "flat"  # everything else is the model's own
