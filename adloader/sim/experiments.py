@@ -57,6 +57,31 @@ def static(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     return runs
 
 
+def instant_frontier(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                     base: SimConfig | None = None) -> list[dict]:
+    """The Pareto set (Σ T against balance, worst job against its balance rate) over every
+    allocation of the jobs present at t = 0, by exhaustive search (``pareto_frontier``)."""
+    from adloader.fair_frontier import pareto_frontier
+    from adloader.planner import PlanJob, _place, demands
+    from adloader.sim.simulator import Simulator
+
+    sim = Simulator(trace, profile, model, base or SimConfig())
+    views = [PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m,
+                     j.spec.iterations * j.spec.batch_size)
+             for j in sim.jobs if j.spec.arrival_s == 0]
+    load, placement = [0] * sim.gpus, {}
+    for view in views:
+        ids = _place(view, load, profile.max_jobs_per_gpu)
+        if ids is None:
+            continue
+        for g in ids:
+            load[g] += 1
+        placement[view.name] = ids
+    views = [v for v in views if v.name in placement]
+    wanted = demands(views, placement, sim.model, sim.table)
+    return pareto_frontier(wanted, sim.capacity, sim.table)
+
+
 def job_ratios(run: dict, ref: dict) -> None:
     """Each job's rate (samples / JCT) against its rate in ``ref``; the worst, and makespan
     and mean JCT against ``ref``'s."""
