@@ -138,6 +138,8 @@ class ElasticDataLoader(Generic[T_co]):
         self._ahead = Lookahead()
         self._consumer: int | None = None  # the thread iterating: the only one that forks
         self._IterableDataset_len_called = None
+        self._stream_kept = None  # a plain stream's torch loader kept for persistent workers
+        self._stream_state = None  # a ShardedStream epoch's live state (shards done, open)
         self.__initialized = True
         self.check_worker_number_rationality()
 
@@ -242,7 +244,7 @@ class ElasticDataLoader(Generic[T_co]):
 
     def _order_state(self, it) -> dict | None:
         if self._iterable:
-            live = getattr(self, "_stream_state", None)
+            live = self._stream_state
             return live() if live is not None else self._resume_order
         return self._order if it is not None else self._resume_order
 

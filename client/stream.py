@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,11 +39,13 @@ class ShardedStream(IterableDataset):
     by an ``ElasticDataLoader`` it is handed out a shard at a time (see the module).
     """
 
+    @abstractmethod
     def shards(self) -> Sequence:
-        raise NotImplementedError
+        """The shard keys, in order (file names, part ids, …)."""
 
+    @abstractmethod
     def read(self, shard) -> Iterator:
-        raise NotImplementedError
+        """The samples of one shard, in order."""
 
     def read_from(self, shard, skip: int) -> Iterator:
         """``read(shard)`` past its first ``skip`` samples; override with a faster seek."""
@@ -91,7 +94,7 @@ class StreamIterator:
 
     def __init__(self, loader: ElasticDataLoader) -> None:
         self._loader = loader
-        kept = getattr(loader, "_stream_kept", None)
+        kept = loader._stream_kept
         if kept is not None and kept.num_workers == loader.num_workers:
             inner = kept
         else:
