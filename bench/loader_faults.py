@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import statistics
@@ -114,13 +115,21 @@ def kill_row(jpeg, workers: int, kills: int, batch_size: int, batches: int) -> d
                      multiprocessing_context=CTX)
     torch_seen: list[int] = []
     torch_error = ""
+    ref_it = iter(ref)
     try:
-        for b, (_, ids) in enumerate(ref):
+        for b, (_, ids) in enumerate(ref_it):
             torch_seen += ids.tolist()
             if b == every:
                 _kill_a_worker()
-    except RuntimeError as exc:
-        torch_error = str(exc).split("\n")[0]
+    except Exception as exc:  # noqa: BLE001 - whatever torch raises is its failure to report
+        # torch raises "worker killed" or, when the dead worker held a shared tensor's fd,
+        # the ConnectionResetError or EOFError of fetching it
+        torch_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    finally:
+        # unregisters its pids from torch's SIGCHLD check, even when that check fires again
+        with contextlib.suppress(Exception):
+            ref_it._shutdown_workers()
+        del ref_it
     return {
         "workers": workers, "kills": killed,
         "respawn_stall_ms_median": round(statistics.median(respawn) * 1e3, 1) if respawn else None,
