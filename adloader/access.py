@@ -14,6 +14,9 @@ Node view: the ranks of a node run their steps in lock-step, so the node's acces
 epoch by epoch and step by step, the local batch of each of its ranks in rank order —
 ``[B_e,s(r0), B_e,s(r1), …, B_e,s+1(r0), …]``. ``node_sequence`` returns it with the global step
 (iteration) of every access; ``cache`` policies run on such sequences.
+
+Epoch order (SOLAR §4.2.1): with ``epoch_order``, epoch e reads the shuffled index list drawn
+for epoch ``order[e]`` (``adloader.epoch_order``) — the loader's ``epoch_order=`` opt-in.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adloader.epoch_order import check_order, plan_epoch_order, source_epoch
 from adloader.errors import InputError
 from adloader.order import epoch_permutation, samples_per_rank
 
@@ -37,6 +41,7 @@ class AccessStream:
     global_batch: int
     world_size: int
     drop_last: bool
+    epoch_order: tuple[int, ...] | None = None  # epoch e reads planned epoch order[e]
 
     @property
     def epochs(self) -> int:
@@ -66,8 +71,13 @@ class AccessStream:
 
 
 def access_stream(seed: int, epochs: int, size: int, global_batch: int, world_size: int = 1,
-                  drop_last: bool = False, shuffle: bool = True) -> AccessStream:
-    """Every rank's sample sequence for every epoch, identical to what the loader yields."""
+                  drop_last: bool = False, shuffle: bool = True, epoch_order="sequential",
+                  capacity: int | None = None) -> AccessStream:
+    """Every rank's sample sequence for every epoch, identical to what the loader yields.
+
+    ``epoch_order``: "sequential" (epoch e reads its own list), "solar" (the order that
+    maximises reuse in a buffer of ``capacity`` samples, ``plan_epoch_order``), or an order.
+    """
     for name, value, low in (("epochs", epochs, 1), ("dataset size", size, 1),
                              ("world size", world_size, 1), ("global batch", global_batch, 1)):
         if int(value) < low:
@@ -75,6 +85,16 @@ def access_stream(seed: int, epochs: int, size: int, global_batch: int, world_si
     if global_batch % world_size:
         raise InputError(f"access stream: global batch {global_batch} is not a multiple of "
                          f"the world size {world_size}")
+    order = None
+    if isinstance(epoch_order, str) and epoch_order == "solar":
+        if capacity is None:
+            raise InputError("access stream: epoch_order='solar' needs the buffer capacity")
+        order = plan_epoch_order(seed, epochs, size, capacity, shuffle).order
+    elif isinstance(epoch_order, str) and epoch_order != "sequential":
+        raise InputError(f"access stream: epoch_order must be 'sequential', 'solar' or an "
+                         f"order of the epochs, got {epoch_order!r}")
+    elif not isinstance(epoch_order, str) and epoch_order is not None:
+        order = check_order(epoch_order)
     local = global_batch // world_size
     per_rank = samples_per_rank(size, world_size, drop_last=False)
     rank_len = per_rank - per_rank % local if drop_last else per_rank
@@ -85,12 +105,12 @@ def access_stream(seed: int, epochs: int, size: int, global_batch: int, world_si
     out = np.empty((epochs, world_size, rank_len), dtype=dtype)
     pad = per_rank * world_size - size
     for e in range(epochs):
-        order = epoch_permutation(seed, e, size, shuffle).astype(dtype)  # cast, then stride
+        perm = epoch_permutation(seed, source_epoch(order, e), size, shuffle).astype(dtype)
         if pad:
-            order = np.concatenate([order, np.resize(order, pad)])
+            perm = np.concatenate([perm, np.resize(perm, pad)])
         # position k of rank r is global position k*W + r (DistributedSampler's striding)
-        out[e] = order.reshape(per_rank, world_size).T[:, :rank_len]
-    return AccessStream(out, size, global_batch, world_size, drop_last)
+        out[e] = perm.reshape(per_rank, world_size).T[:, :rank_len]
+    return AccessStream(out, size, global_batch, world_size, drop_last, order)
 
 
 def next_access(sequence: np.ndarray, period: int | None = None) -> np.ndarray:

@@ -13,6 +13,8 @@ gives the same summed gradient (Theorem 1), so each rank trains on what it holds
 - ``solar``: ``uneven_assign`` (SOLAR §4.3) — no transfers: each rank trains on all it holds,
   uncached samples are spread to even out per-rank time, local batch sizes differ, and the
   loss weights w_r = n_r / B make Σ_r w_r · mean_r the global mean.
+- ``bounded``: ``adloader.bounded_imbalance`` — between the two: a rank grows its local batch
+  with its own samples up to ⌊α · ⌈B/p⌉⌋ (``max_imbalance`` α), only the rest is moved.
 
 Positions, not sample ids, are assigned (a padded epoch may repeat a sample in one batch).
 ``split_workers`` is Lobster §4.2: a job's workers split among its ranks by predicted misses.
@@ -281,8 +283,18 @@ def plan_step(global_batch, holder, p: int, local_batch: int | None = None,
     ``message_cost + n``, reading them from storage ``n * read_cost``; the cheaper is chosen
     for each transfer of the Balance schedule.
     """
-    kept, spare, reads, target = locality_assign(global_batch, holder, p, local_batch)
+    plan = locality_assign(global_batch, holder, p, local_batch)
     batch = np.asarray(global_batch, dtype=np.int64).reshape(-1)
+    return exchange(batch, plan, read_cost, message_cost)
+
+
+def exchange(batch: np.ndarray, plan: Assignment, read_cost: float = 2.0,
+             message_cost: float = 0.0) -> StepPlan:
+    """Balance (Algorithm 1) moves the spare positions to the ranks below target b_r; each
+    transfer of n samples is a message (``message_cost + n``) or the receiver's storage read
+    (``n * read_cost``), whichever is cheaper. Needs Σ kept + spare + reads = Σ b_r."""
+    kept, spare, reads, target = plan
+    p = len(kept)
     counts = np.array([k.size + r.size + s.size
                        for k, r, s in zip(kept, reads, spare, strict=True)], dtype=np.int64)
     got = [[k, r] for k, r in zip(kept, reads, strict=True)]
@@ -321,10 +333,18 @@ def uneven_assign(global_batch, holder, p: int, local_batch: int | None = None,
     return StepPlan(batch, positions, (), tuple(batch[r] for r in reads))
 
 
+def bounded(*args, **kwargs) -> StepPlan:
+    """``adloader.bounded_imbalance.bounded_assign`` (imported on use: it builds on this one)."""
+    from adloader.bounded_imbalance import bounded_assign
+
+    return bounded_assign(*args, **kwargs)
+
+
 MODES: dict[str, Callable[..., StepPlan]] = {
     "regular": regular_assign,
     "locality": plan_step,
     "solar": uneven_assign,
+    "bounded": bounded,
 }
 
 

@@ -7,8 +7,9 @@ a handful of jobs only. b_i is job i's rate under ``balance`` (``fair_allocation
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -105,3 +106,37 @@ def pareto_frontier(jobs: Sequence, capacity: int, loading) -> list[dict]:
                     "throughput": float(total[i]), "throughput_ratio": float(ratio[i]),
                     "worst_ratio": float(worst[i]), "workers": int(workers[i])})
     return out
+
+
+def schedule_bounds(samples: Sequence[float], best_rate: Callable[[frozenset[int]], float],
+                    own_best: Sequence[float], floor_jct: Sequence[float] | None = None) -> dict:
+    """Bounds over *every* schedule of jobs all present at t = 0, allocations changing freely
+    over time: the frontier of time-varying plans, bounded.
+
+    Work: by the time the k-th job completes, at least the samples S of the first k have
+    been read, at a node rate ≤ R(J) while the jobs J are present, so
+    C_(k) ≥ Σ_{j≤k} S_(j) / R* with R* = max_J R(J); and C_i ≥ S_i / r_i* (its best rate).
+    Hence makespan ≥ max(ΣS / R*, max_i S_i / r_i*). Σ_i S_i / C_i is at most its value
+    with every C_(k) at that bound, maximised over completion orders; ``floor_jct`` (C_i
+    allowed at most, e.g. balance's JCT / 0.95) drops the orders that cannot meet it.
+    ``best_rate(J)`` is the most Σ T the jobs J can reach together (by any allocation)."""
+    n = len(samples)
+    if n > 8:
+        raise InputError(f"{n} jobs: schedule_bounds enumerates orders, 8 jobs at most")
+    r_star = max(best_rate(frozenset(c)) for k in range(1, n + 1)
+                 for c in itertools.combinations(range(n), k))
+    makespan = max(sum(samples) / r_star, max(s / r for s, r in zip(samples, own_best,
+                                                                    strict=True)))
+    best_sum, best_order = 0.0, None
+    for order in itertools.permutations(range(n)):
+        done, ends = 0.0, {}
+        for i in order:
+            done += samples[i]
+            ends[i] = max(done / r_star, samples[i] / own_best[i], max(ends.values(), default=0))
+        if floor_jct is not None and any(ends[i] > floor_jct[i] * (1 + 1e-9) for i in ends):
+            continue
+        total = sum(samples[i] / ends[i] for i in ends)
+        if total > best_sum:
+            best_sum, best_order = total, order
+    return {"makespan_lb": makespan, "node_rate_max": r_star, "sum_ub": best_sum,
+            "order": best_order, "feasible": best_order is not None}

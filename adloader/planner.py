@@ -42,6 +42,7 @@ class PlanJob:
     workers: int = 0
     gpu_ids: tuple[int, ...] = ()  # running: where it is; waiting: where it must go, if pinned
     requested: int | None = None
+    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (``adloader.correction``)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Plan:
     resized: list[str] = field(default_factory=list)
     queued: list[str] = field(default_factory=list)
     predicted: dict[str, float] = field(default_factory=dict)  # T_i samples/s
+    ceiling: dict[str, float] = field(default_factory=dict)  # c_i·B·F_μ × GPU share, samples/s
 
 
 def _place(job: PlanJob, load: list[int], limit: int) -> tuple[int, ...] | None:
@@ -63,11 +65,11 @@ def _place(job: PlanJob, load: list[int], limit: int) -> tuple[int, ...] | None:
 
 def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
             model: ThroughputModel, table: np.ndarray) -> list[JobDemand]:
-    """B·F_μ of each job, cut to its predicted fair share of the GPUs it shares."""
+    """c_i · B·F_μ of each job, cut to its predicted fair share of the GPUs it shares."""
     capacity = table.shape[0] - 1
     most = float(table[capacity, capacity])  # the most any job could load
-    mu = {j.name: model.training_throughput(j.batch_size, j.gpus, j.flops_g, j.params_m)
-          for j in jobs}
+    mu = {j.name: j.rate_scale * model.training_throughput(j.batch_size, j.gpus, j.flops_g,
+                                                           j.params_m) for j in jobs}
     caps = {j.name: most / mu[j.name] for j in jobs}  # u cap = λ·s/B with s = B/μ
     shares = fair_shares({j.name: placement[j.name] for j in jobs}, caps)
     return [JobDemand(j.name, shares[j.name] * mu[j.name], j.params_m, j.requested,
@@ -130,6 +132,7 @@ def plan(
             continue
         out.workers[job.name] = d
         out.predicted[job.name] = float(min(demand.training_rate, table[min(node, capacity), d]))
+        out.ceiling[job.name] = float(demand.training_rate)
         if job.running and d != job.workers:
             out.resized.append(job.name)
         if not job.running:

@@ -47,13 +47,7 @@ def run_cache_bench(size: int = 1_281_167, epochs: int = 3, world_size: int = 8,
     """
     if quick:
         size, epochs, global_batch = QUICK["size"], QUICK["epochs"], QUICK["global_batch"]
-    if epochs < 2:
-        raise InputError(f"bench cache: needs at least 2 epochs (the first is cold), got {epochs}")
-    for f in fractions:
-        if not 0 < f <= 1:
-            raise InputError(f"bench cache: cache fraction must be in (0, 1], got {f}")
-    for p in policies:
-        get_eviction_policy(p)
+    check_settings("bench cache", epochs, fractions, policies)
     k = world_size if ranks_per_node is None else int(ranks_per_node)
     if not 1 <= k <= world_size:
         raise InputError(f"bench cache: ranks per node must be in 1..{world_size}, got {k}")
@@ -102,3 +96,15 @@ def run_cache_bench(size: int = 1_281_167, epochs: int = 3, world_size: int = 8,
 
 def _ratio(hits: int, best: int) -> float:
     return hits / best if best else 1.0
+
+
+def check_settings(bench: str, epochs: int, fractions, policies) -> None:
+    """≥ 2 epochs (the first is cold), cache fractions in (0, 1], known policies."""
+    if epochs < 2:
+        raise InputError(f"{bench}: needs at least 2 epochs (the first is cold), got {epochs}")
+    for f in fractions:
+        if not 0 < f <= 1:
+            raise InputError(f"{bench}: cache fraction must be in (0, 1], got {f}")
+    for p in policies:
+        get_eviction_policy(p)
+

@@ -38,11 +38,11 @@ from adloader.workloads.replay import replay
 
 @dataclasses.dataclass
 class LiveConfig:
-    policies: tuple[str, ...] = ("balance", "waa", "optimal")
+    policies: tuple[str, ...] = ("balance", "waa", "optimal", "fair", "jct")
     trace: str = "paper-static"
     capacity: int = 0  # 0: 3 × cores emulating GPUs, the cores with CUDA
     iterations_scale: float = 0.2
-    rounds: int = 3  # each policy this often, alternating; medians are reported
+    rounds: int = 4  # each policy this often, alternating; medians and spreads are reported
     step_scale: float = 1.2  # Resnet18's μ ≈ L(C)/1.8 here, as on the paper's testbed
     crop: int = 0  # 0: 224 (the paper's) with CUDA, 112 with emulated steps
     images: int = 128
@@ -131,23 +131,53 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
             os.environ.pop("ADLOADER_STEP_PROFILE", None)
         else:
             os.environ["ADLOADER_STEP_PROFILE"] = env_before
-    summary = []
-    for policy in cfg.policies:
-        mine = [r for r in runs if r["policy"] == policy]
-        summary.append({key: statistics.median(r[key] for r in mine) for key in (
-            "aggregate_throughput", "makespan_s", "mean_jct_s", "reallocations")}
-            | {"policy": policy, "each": [r["aggregate_throughput"] for r in mine]})
-    ref = next((r for r in summary if r["policy"] == "balance"), summary[0])
-    base = {r["round"]: r["aggregate_throughput"] for r in runs if r["policy"] == ref["policy"]}
-    for r in summary:
-        r["ratio"] = r["aggregate_throughput"] / ref["aggregate_throughput"]
-        r["makespan_ratio"] = r["makespan_s"] / ref["makespan_s"]
-        paired = [x["aggregate_throughput"] / base[x["round"]] for x in runs
-                  if x["policy"] == r["policy"]]  # against balance in the same round
-        r["round_ratios"] = paired
-        r["paired_ratio"] = statistics.median(paired)
+    summary = summarise_rounds(runs, cfg.policies)
     mode = (f"real training on {torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
             if cuda else f"GPU steps emulated, the paper's × {cfg.step_scale:g}")
     return {"config": dataclasses.asdict(cfg), "capacity": capacity, "workdir": str(root),
             "mode": mode, "gpus": trace.gpus,
             "profile": str(profile), "summary": summary, "runs": runs}
+
+
+TARGETS = {"paired_ratio": (">=", 1.30), "makespan_paired": ("<=", 0.90),
+           "jct_paired": ("<=", 0.85), "worst_job": (">=", 0.95)}  # issue "Fair and fast"
+
+
+def summarise_rounds(runs: list[dict], policies) -> list[dict]:
+    """Per policy: medians over rounds, and each ratio paired with balance's run of the same
+    round (drift between rounds cancels): Σ T, makespan, mean JCT, every job's rate, the
+    worst job's; with the spread (min–max over rounds) and which targets the medians meet."""
+    ref = "balance" if "balance" in policies else policies[0]
+    base = {r["round"]: r for r in runs if r["policy"] == ref}
+    summary = []
+    for policy in policies:
+        mine = [r for r in runs if r["policy"] == policy]
+        row = {key: statistics.median(r[key] for r in mine) for key in (
+            "aggregate_throughput", "makespan_s", "mean_jct_s", "reallocations")}
+        row |= {"policy": policy, "each": [r["aggregate_throughput"] for r in mine]}
+        paired: dict[str, list[float]] = {"sum": [], "makespan": [], "jct": [], "worst": []}
+        per_job: dict[str, list[float]] = {}
+        for r in mine:
+            b = base[r["round"]]
+            paired["sum"].append(r["aggregate_throughput"] / b["aggregate_throughput"])
+            paired["makespan"].append(r["makespan_s"] / b["makespan_s"])
+            paired["jct"].append(r["mean_jct_s"] / b["mean_jct_s"])
+            rate = {j["name"]: j["throughput"] for j in b["jobs"]}
+            ratios = {j["name"]: j["throughput"] / rate[j["name"]] for j in r["jobs"]
+                      if rate.get(j["name"])}
+            for name, x in ratios.items():
+                per_job.setdefault(name, []).append(x)
+            paired["worst"].append(min(ratios.values()) if ratios else float("nan"))
+        row |= {"round_ratios": paired["sum"], "paired_ratio": statistics.median(paired["sum"]),
+                "spread": [min(paired["sum"]), max(paired["sum"])],
+                "makespan_paired": statistics.median(paired["makespan"]),
+                "jct_paired": statistics.median(paired["jct"]),
+                "worst_job": statistics.median(paired["worst"]),
+                "jobs": {n: statistics.median(x) for n, x in sorted(per_job.items())}}
+        row["ratio"] = row["aggregate_throughput"] / statistics.median(
+            b["aggregate_throughput"] for b in base.values())
+        row["met"] = [k for k, (op, v) in TARGETS.items()
+                      if (row[k] >= v if op == ">=" else row[k] <= v)]
+        summary.append(row)
+    return summary
+

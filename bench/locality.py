@@ -10,7 +10,9 @@ paper's setting). For epochs ≥ 2 each mode of ``adloader.balance`` is measured
 - ``locality``: Balance, the remote share is Σ_r deficits / B (the paper: 3.4 % median at
   b = 128), transfers per step ≤ p − 1 (checked);
 - ``solar``: no transfers; remote = uncached samples only, local batch sizes differ (reported
-  as the largest local batch).
+  as the largest local batch);
+- ``bounded`` (``adloader.bounded_imbalance``): local batches ≤ ⌊α · b⌋ (``max_imbalance`` α),
+  the remote share is Σ_r max(h_r − c, 0) + uncached, the largest batch clip(max h_r, b, c).
 
 Counts for all steps are vectorised; only Algorithm 1 runs per step (O(p log p)), and a few
 steps per epoch are re-planned with the real planners to check the vectorised counts.
@@ -34,11 +36,12 @@ from adloader.balance import (
     regular_assign,
     uneven_assign,
 )
+from adloader.bounded_imbalance import MAX_IMBALANCE, batch_bound, bounded_assign, capped_fill
 from adloader.errors import InputError
 from adloader.order import samples_per_rank
 from adloader.workloads.ranks import spawn_gloo
 
-MODES = ("regular", "locality", "solar")
+MODES = ("regular", "locality", "solar", "bounded")
 IMAGENET = 1_281_167
 QUICK = {"ps": (4, 16, 64), "dataset_size": 131_072, "epochs": 2}
 
@@ -86,9 +89,35 @@ def _locality(counts, unheld, target, read_cost, message_cost):
     return remote, storage, transfers
 
 
-def _check(mode: str, own_rows, owner, p, b, read_cost, message_cost, expect) -> None:
+def _bounded(counts, unheld, b, cap, read_cost, message_cost):
+    """Vectorised ``bounded_assign`` counts (one holder per sample, compute cost 0): remote,
+    storage reads, transfers and the largest local batch per step (full steps: B = b · p)."""
+    largest = np.clip(counts.max(1), b, cap)
+    kept = np.minimum(counts, largest[:, None])
+    remote = unheld.sum(1) + (counts - kept).sum(1)
+    storage = unheld.sum(1).copy()
+    transfers = np.zeros(len(counts), dtype=np.int64)
+    for s in range(len(counts)):
+        quota = capped_fill(np.zeros(counts.shape[1]), largest[s] - kept[s], remote[s])
+        filled = np.minimum(unheld[s], quota)  # ``_fill``: regular rank first, then in order
+        left = quota - filled
+        rest = unheld[s].sum() - filled.sum()
+        reads = filled + np.clip(rest - (np.cumsum(left) - left), 0, left)
+        for _, _, n in balance(counts[s] + reads, kept[s] + quota):
+            if n * read_cost < message_cost + n:
+                storage[s] += n
+            else:
+                transfers[s] += 1
+    return remote, storage, transfers, largest
+
+
+def _check(mode: str, own_rows, owner, p, b, read_cost, message_cost, expect,
+           max_imbalance=MAX_IMBALANCE) -> None:
     for s, batch in own_rows:
-        if mode == "locality":
+        if mode == "bounded":
+            plan = bounded_assign(batch, owner, p, b, max_imbalance=max_imbalance,
+                                  read_cost=read_cost, message_cost=message_cost)
+        elif mode == "locality":
             plan = plan_step(batch, owner, p, b, read_cost=read_cost, message_cost=message_cost)
         elif mode == "solar":
             plan = uneven_assign(batch, owner, p, b)
@@ -105,13 +134,17 @@ def _check(mode: str, own_rows, owner, p, b, read_cost, message_cost, expect) ->
 def run_locality_bench(ps=(4, 16, 64, 256), local_batch: int = 128, epochs: int = 3,
                        dataset_size: int = IMAGENET, cache_fraction: float | None = None,
                        modes=MODES, seed: int = 0, read_cost: float = 2.0,
-                       message_cost: float = 0.0, quick: bool = False,
+                       message_cost: float = 0.0, max_imbalance: float = MAX_IMBALANCE,
+                       quick: bool = False,
                        progress: Callable[[dict], None] | None = None) -> list[dict]:
     """One row per (p, mode) over epochs ≥ 2: remote share (mean, median, p95, max), the
-    shares moved between ranks and read from storage, transfers per step, largest local batch.
+    shares moved between ranks and read from storage, transfers per step, largest local batch
+    (also × b, ``largest_ratio``).
 
     ``cache_fraction``: samples each rank caches, as a fraction of the dataset (default and
-    maximum: its share, 1/p). ``quick``: ``QUICK`` sizes for tests.
+    maximum: its share, 1/p). ``max_imbalance``: α of the ``bounded`` mode, whose row meets
+    its target with ≤ 1 % fetched (mean) and no local batch over ⌊α · b⌋.
+    ``quick``: ``QUICK`` sizes for tests.
     """
     if quick:
         ps, dataset_size, epochs = QUICK["ps"], QUICK["dataset_size"], QUICK["epochs"]
@@ -125,6 +158,7 @@ def run_locality_bench(ps=(4, 16, 64, 256), local_batch: int = 128, epochs: int 
                          f"{cache_fraction}")
     for m in modes:
         get_mode(m)
+    cap = batch_bound(local_batch, max_imbalance)
     rows: list[dict] = []
     for p in ps:
         per_rank = samples_per_rank(dataset_size, p)
@@ -148,7 +182,10 @@ def run_locality_bench(ps=(4, 16, 64, 256), local_batch: int = 128, epochs: int 
         checks = [(s, batches[s]) for s in checks if s < len(batches)]
         for mode in modes:
             t0 = time.perf_counter()
-            if mode == "locality":
+            if mode == "bounded":
+                remote, storage, transfers, largest = _bounded(counts, unheld, local_batch, cap,
+                                                               read_cost, message_cost)
+            elif mode == "locality":
                 remote, storage, transfers = _locality(counts, unheld, target, read_cost,
                                                        message_cost)
                 largest = np.full(len(batches), target.max())
@@ -163,7 +200,7 @@ def run_locality_bench(ps=(4, 16, 64, 256), local_batch: int = 128, epochs: int 
                 transfers = np.zeros(len(batches), dtype=np.int64)
                 largest = np.full(len(batches), target.max())
             _check(mode, checks, owner, p, local_batch, read_cost, message_cost,
-                   (remote, storage, transfers, largest))
+                   (remote, storage, transfers, largest), max_imbalance)
             share = remote / big
             if transfers.max(initial=0) > p - 1:
                 raise RuntimeError(f"bench locality: {transfers.max()} transfers in a step "
@@ -181,10 +218,16 @@ def run_locality_bench(ps=(4, 16, 64, 256), local_batch: int = 128, epochs: int 
                 "transfers_mean": float(transfers.mean()),
                 "transfers_max": int(transfers.max(initial=0)), "transfer_bound": p - 1,
                 "largest_local_batch": int(largest.max()),
+                "largest_ratio": float(largest.max() / local_batch),
                 "seconds": setup + time.perf_counter() - t0,
             }
-            row["meets_target"] = (mode != "locality") or (
-                row["remote_share_mean"] <= 0.05 and row["transfers_max"] <= p - 1)
+            if mode == "bounded":
+                row.update(max_imbalance=max_imbalance, batch_bound=cap)
+            row["meets_target"] = {
+                "locality": row["remote_share_mean"] <= 0.05 and row["transfers_max"] <= p - 1,
+                "bounded": row["remote_share_mean"] <= 0.01 and row["largest_local_batch"] <= cap
+                and row["transfers_max"] <= p - 1,
+            }.get(mode, True)
             rows.append(row)
             if progress is not None:
                 progress(row)
@@ -205,14 +248,16 @@ class SyntheticImages(torch.utils.data.Dataset):
         return torch.randn(self.shape, generator=g), int(i) % self.classes
 
 
-def _gloo_measure(rank, world_size, mode, local_batch, size, epochs, seed):
+def _gloo_measure(rank, world_size, mode, local_batch, size, epochs, seed, max_imbalance):
     from adloader.client.locality import LocalityBatches
 
-    batches = LocalityBatches(SyntheticImages(size), local_batch, mode=mode, seed=seed)
+    batches = LocalityBatches(SyntheticImages(size), local_batch, mode=mode, seed=seed,
+                              max_imbalance=max_imbalance)
+    largest = 0  # this rank's largest local batch after epoch 1
     t0 = time.perf_counter()
-    for _ in range(epochs):
-        for _batch in batches:
-            pass
+    for epoch in range(epochs):
+        for batch in batches:
+            largest = max(largest, len(batch.ids)) if epoch else largest
     seconds = time.perf_counter() - t0
     later = [batches.stats[e] for e in range(1, epochs)]
     return {
@@ -222,20 +267,24 @@ def _gloo_measure(rank, world_size, mode, local_batch, size, epochs, seed):
         "plan_remote": sum(s.plan_remote for s in later),
         "plan_samples": sum(s.plan_samples for s in later),
         "plan_transfers_max": max(s.plan_transfers_max for s in later), "seconds": seconds,
+        "largest_local_batch": largest,
     }
 
 
 def run_gloo_locality_bench(world_size: int = 4, local_batch: int = 128, epochs: int = 3,
                             steps_per_epoch: int = 10, modes=MODES, seed: int = 0,
+                            max_imbalance: float = MAX_IMBALANCE,
                             timeout: float = 120.0) -> list[dict]:
     """The same measure on real gloo ranks (forked here) with ``LocalityBatches``: per mode,
     the share of samples each rank got from a peer or storage after epoch 1 (counted by
-    the ranks) and the transfers received per step, summed over ranks."""
+    the ranks), the transfers received per step, summed over ranks, and the largest local
+    batch any rank trained on (× b: ``largest_ratio``)."""
     size = world_size * local_batch * steps_per_epoch
     rows = []
     for mode in modes:
         parts = spawn_gloo(_gloo_measure, world_size, mode, local_batch, size, epochs, seed,
-                           timeout=timeout)
+                           max_imbalance, timeout=timeout)
+        largest = max(r["largest_local_batch"] for r in parts)
         samples = sum(r["samples"] for r in parts)
         per_step = np.sum([r["messages"] for r in parts], axis=0)
         rows.append({
@@ -245,6 +294,7 @@ def run_gloo_locality_bench(world_size: int = 4, local_batch: int = 128, epochs:
             "planned_remote_share": parts[0]["plan_remote"] / parts[0]["plan_samples"],
             "transfers_mean": float(per_step.mean()), "transfers_max": int(per_step.max()),
             "transfer_bound": world_size - 1,
+            "largest_local_batch": largest, "largest_ratio": largest / local_batch,
             "seconds": max(r["seconds"] for r in parts),
         })
     return rows

@@ -172,29 +172,31 @@ class Belady(OnlinePolicy):
 
 
 class Lobster(OnlinePolicy):
-    """Lobster §4.4: keys in iterations; a miss is always let in (it is being prefetched) at the
-    cost of the farthest-needed sample; after its batch a sample keeps its next use as key,
-    or leaves when not read again (reuse count) or not in the next epoch (reuse distance)."""
+    """Lobster §4.4: keys in iterations, each sample's next use; a miss stays only if it is
+    needed sooner than the farthest-needed cached sample, else it bypasses the cache; after its
+    batch a sample keeps its next use as key, or leaves when not read again (reuse count)."""
 
     name, batched = "lobster", True
-    eager = True
+    bypass = True
 
     def admit(self, a, tier=0):
+        if self.bypass:
+            k = self.after(a)
+            return k, k
         g = self.plan.step_of(a.pos) if a.pos >= 0 else UNKNOWN
         return g, g
 
     def after(self, a):
         if a.next_pos in (NEVER, UNKNOWN):
             return a.next_pos
-        nxt = self.plan.step_of(a.next_pos)
-        period = self.plan.steps_per_epoch
-        if self.eager and nxt >= (self.plan.step_of(a.pos) // period + 2) * period:
-            return NEVER
-        return nxt
+        return self.plan.step_of(a.next_pos)
 
 
 class LobsterLazy(Lobster):
-    name, eager = "lobster-lazy", False
+    """``lobster-lazy``: a miss is always let in (it is being prefetched), keyed by the
+    iteration that uses it, at the cost of the farthest-needed sample."""
+
+    name, bypass = "lobster-lazy", False
 
 
 class NoPFS(OnlinePolicy):

@@ -35,8 +35,9 @@ from adloader.client.elastic_sampler import (
     shutdown_later,
 )
 from adloader.client.epoch import BatchStats, EpochIterator
-from adloader.client.loader_args import check_arguments, check_context
+from adloader.client.loader_args import check_arguments, check_context, check_elastic
 from adloader.client.pool_iter import PoolLoader
+from adloader.epoch_order import source_epoch
 from adloader.errors import InputError
 from adloader.limits import MAX_WORKERS
 from adloader.order import rank_order, samples_per_rank
@@ -47,14 +48,6 @@ HANDOVERS = ("drain", "restart", "serial")
 STATE_FIELDS = ("dataset_size", "batch_size", "world_size", "rank", "shuffle", "drop_last")
 FIXED = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 T_co = TypeVar("T_co", covariant=True)
-
-
-def _dist_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        rank = dist.get_rank() if rank is None else rank
-        world_size = dist.get_world_size() if world_size is None else world_size
-    return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
 def _draw_seed(generator) -> int:
@@ -74,6 +67,7 @@ class ElasticDataLoader(Generic[T_co]):
     resize treats the old pool: "drain" (default), "restart" (new pool at the consumer's
     position, old torn down in the background; prefetched batches re-read), "serial".
     With ``threads`` > 0 the workers see the dataset wrapped in a ``ThreadedDataset``.
+    ``epoch_order`` (with ``seed``): epoch e reads epoch ``epoch_order[e]``'s shuffle (SOLAR).
     """
 
     __initialized = False
@@ -85,7 +79,7 @@ class ElasticDataLoader(Generic[T_co]):
         multiprocessing_context=None, generator=None, *, prefetch_factor: int | None = None,
         persistent_workers: bool = False, pin_memory_device: str = "", in_order: bool = True,
         seed: int | None = None, rank: int | None = None, world_size: int | None = None,
-        threads: int = 0, handover: str = "drain",
+        threads: int = 0, handover: str = "drain", epoch_order=None,
     ) -> None:
         self._target = self._check_workers(num_workers)
         self._iterable = isinstance(dataset, IterableDataset)
@@ -96,13 +90,9 @@ class ElasticDataLoader(Generic[T_co]):
         shuffle = check_arguments(dataset, self._iterable, batch_size, shuffle, sampler,
                                   batch_sampler, drop_last, num_workers, timeout,
                                   prefetch_factor, persistent_workers)
-        if threads < 0:
-            raise InputError(f"threads must be >= 0, got {threads}")
-        if handover not in HANDOVERS:
-            raise InputError(f"handover must be one of {', '.join(HANDOVERS)}, got {handover!r}")
-        rank, world_size = _dist_default(rank, world_size)
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise InputError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
+        rank, world_size, self.epoch_order = check_elastic(
+            threads, handover, HANDOVERS, epoch_order, seed, sampler, batch_sampler,
+            self._iterable, rank, world_size)
         self.dataset = dataset
         self.batch_size = None if batch_sampler is not None else batch_size
         self.shuffle = shuffle
@@ -311,7 +301,8 @@ class ElasticDataLoader(Generic[T_co]):
             raise InputError("the shuffle of an ElasticDataLoader without seed= is torch's, drawn "
                              "from its RNG when the epoch starts; pass seed= to know it ahead")
         else:  # a seed, no shuffle, or ranks (which share seed 0, as DistributedSampler's)
-            units = rank_order(self.seed or 0, epoch, len(self.dataset), self.world_size,
+            units = rank_order(self.seed or 0, source_epoch(self.epoch_order, epoch),
+                               len(self.dataset), self.world_size,
                                self.rank, self.shuffle, drop_last=False).tolist()
         return epoch_batches(units, self.batch_size, self.drop_last)
 

@@ -67,3 +67,27 @@ def check_context(context, workers: int):
                         "string specifying the start method, but got "
                         f"multiprocessing_context={context}")
     return context
+
+
+def check_elastic(threads: int, handover: str, handovers, epoch_order, seed, sampler,
+                  batch_sampler, iterable: bool, rank: int | None, world_size: int | None):
+    """ElasticDataLoader's own arguments: (rank, world_size, epoch_order), checked; rank and
+    world size default to torch.distributed's when a process group is up."""
+    from adloader.epoch_order import check_order
+
+    if threads < 0:
+        raise InputError(f"threads must be >= 0, got {threads}")
+    if handover not in handovers:
+        raise InputError(f"handover must be one of {', '.join(handovers)}, got {handover!r}")
+    if epoch_order is not None and (seed is None or sampler is not None
+                                    or batch_sampler is not None or iterable):
+        raise InputError("epoch_order= needs seed= and the loader's own shuffle")
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank() if rank is None else rank
+        world_size = dist.get_world_size() if world_size is None else world_size
+    rank, world_size = (0 if rank is None else rank), (1 if world_size is None else world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise InputError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
+    return rank, world_size, None if epoch_order is None else check_order(epoch_order)
+

@@ -98,7 +98,8 @@ class LocalityBatches:
     ``local_batch``: b, the regular per-rank batch (global batch B = b · p). ``reduction``:
     "sum" gives w_r = n_r / B for a summing gradient all-reduce, "mean" gives p · n_r / B for
     an averaging one (DDP). Costs (``read_cost``, ``message_cost``, ``compute_cost``) go to
-    the planner. ``threads`` > 0 reads storage samples with a thread pool, during the exchange.
+    the planner, and so does ``max_imbalance`` α of the ``bounded`` mode (local batches
+    ≤ ⌊α · b⌋). ``threads`` > 0 reads storage samples with a thread pool, during the exchange.
     ``num_workers`` > 0 reads them ahead with ``loader`` (an ``ElasticDataLoader`` of that many
     workers, each with ``threads`` threads; resizable live, e.g. by ``attach(batches.loader)``);
     0 leaves ``loader`` None and reads in this process.
@@ -112,7 +113,8 @@ class LocalityBatches:
                  cache: MutableMapping | None = None, cache_capacity: int | None = None,
                  collate_fn=None, timeout: float = 30.0, on_peer_failure: str = "storage",
                  reduction: str = "sum", read_cost: float = 2.0, message_cost: float = 0.0,
-                 compute_cost: float = 0.0, threads: int = 0, num_workers: int = 0) -> None:
+                 compute_cost: float = 0.0, max_imbalance: float = 1.1, threads: int = 0,
+                 num_workers: int = 0) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise InputError("locality batches: torch.distributed is not initialised "
                              "(call init_process_group first)")
@@ -127,6 +129,9 @@ class LocalityBatches:
         if cache_capacity is not None and cache_capacity < 0:
             raise InputError(f"locality batches: cache capacity must be >= 0 samples, "
                              f"got {cache_capacity}")
+        if not max_imbalance >= 1:
+            raise InputError(f"locality batches: max_imbalance must be at least 1, "
+                             f"got {max_imbalance!r}")
         if timeout <= 0:
             raise InputError(f"locality batches: timeout must be positive, got {timeout}")
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
@@ -149,7 +154,7 @@ class LocalityBatches:
         self.on_peer_failure = on_peer_failure
         self.reduction = reduction
         self.costs = dict(read_cost=read_cost, message_cost=message_cost,
-                          compute_cost=compute_cost)
+                          compute_cost=compute_cost, max_imbalance=max_imbalance)
         self.threads = int(threads)
         self.epoch = 0
         self.stats: dict[int, LocalityStats] = {}

@@ -52,6 +52,10 @@ class LiveJob:
     cpu_percent: float | None = None  # a launched job's processes, measured by the node
     busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
     wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
+    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (adloader.correction)
+    planned_scale: float = 1.0  # c_i in the last plan
+    ceiling: float = 0.0  # the last plan's c_i·B·F_μ × GPU share, samples/s
+    corrected_at: float = 0.0  # when c_i was last updated
 
     @property
     def remaining_samples(self) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from adloader import correction
 from adloader.errors import InputError
 from adloader.planner import PlanJob, plan
 from adloader.protocol import (
@@ -50,6 +51,8 @@ from .live import (  # noqa: F401  (the states, for the scheduler's users)
     exit_text,
 )
 from .tokens import TokenDigest
+
+CORRECT_EVERY_S = 2.0  # one correction of c_i a job this often (heartbeats come faster)
 
 
 class Scheduler(EndingsMixin):
@@ -187,7 +190,8 @@ class Scheduler(EndingsMixin):
 
     def _views(self, jobs: list[LiveJob]) -> list[PlanJob]:
         return [PlanJob(j.id, j.batch_size, j.gpus, j.flops_g, j.params_m, j.remaining_samples,
-                        j.state in ACTIVE, j.workers, j.gpu_ids, j.requested) for j in jobs]
+                        j.state in ACTIVE, j.workers, j.gpu_ids, j.requested, j.rate_scale)
+                for j in jobs]
 
     def _plan(self, jobs: list[LiveJob]):
         return plan(self._views(jobs), capacity=self.capacity, gpus=self.gpus,
@@ -219,6 +223,9 @@ class Scheduler(EndingsMixin):
                                           "queued": decision.queued,
                                           "predicted": {k: round(v, 1) for k, v in
                                                         decision.predicted.items()}}))
+        for job_id, ceiling in decision.ceiling.items():
+            job = self.jobs[job_id]
+            job.ceiling, job.planned_scale = ceiling, job.rate_scale
         for job_id in decision.queued:
             job = self.jobs[job_id]
             if job.state != "queued":
@@ -307,6 +314,22 @@ class Scheduler(EndingsMixin):
             out.send.append((job.id, Stop(seq=job.seq, grace_s=self.cancel_grace_s)))
         return out
 
+    def _correct(self, job: LiveJob, observed: float) -> Actions:
+        """c_i from the job's own steps, one update per ``CORRECT_EVERY_S``; a re-plan at
+        once when it moved since the job's last plan (``adloader.correction``)."""
+        now = self.clock()
+        if job.ceiling <= 0 or now - job.corrected_at < CORRECT_EVERY_S:
+            return Actions()
+        predicted = job.ceiling * job.rate_scale / job.planned_scale  # with today's c_i
+        job.rate_scale, job.corrected_at = correction.update(job.rate_scale, observed,
+                                                             predicted), now
+        if not correction.moved(job.rate_scale, job.planned_scale):
+            return Actions()
+        self._open(0.0)
+        return Actions(events=[(job.id, "corrected", {
+            "scale": round(job.rate_scale, 3), "observed": round(observed, 1),
+            "predicted": round(predicted, 1)})])
+
     def _heartbeat(self, job: LiveJob, msg: Heartbeat) -> Actions:
         """Progress, and samples for the TPM: μ when the GPU never waits, λ when it does."""
         job.registered = True
@@ -323,6 +346,7 @@ class Scheduler(EndingsMixin):
             if msg.data_wait_s <= 0.05 * iteration_s:  # BP ≥ 95 % of the iteration (§III-B)
                 out.samples.append((job.id, TrainingSample(b, job.gpus, job.flops_g,
                                                            job.params_m, msg.step_s)))
+                out.extend(self._correct(job, job.batch_size / msg.step_s))
             elif msg.workers > 0 and msg.samples_per_s > 0:
                 node = max(self._recent_node_workers(), msg.workers)
                 out.samples.append((job.id, LoadingSample(msg.workers, node,

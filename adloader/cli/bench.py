@@ -6,14 +6,20 @@ live resizes, caches, locality, storage, and the command line's own start-up."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-
-from rich.progress import Progress
 
 from adloader.errors import InputError
 
 from . import _options, _output
+from .bench_data import (  # the data-path benches
+    bench_cache,
+    bench_chunks,
+    bench_epoch_order,
+    bench_loaders,
+    bench_locality,
+    bench_resize,
+    bench_storage,
+)
 
 
 # -- the simulated ones -------------------------------------------------------------------
@@ -53,6 +59,16 @@ def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
                             [[",".join(str(v) for v in p["allocation"].values()),
                               f"{p['throughput_ratio']:.3f}", f"{p['worst_ratio']:.3f}"]
                              for p in frontier], left=1))
+    ref = next(r for r in runs if r["policy"] == "balance" and not r["realloc"])
+    bound = experiments.static_bounds(load_trace("paper-static", profile.gpus), profile, model,
+                                      ref, base=config)
+    ok = "no schedule meets it" if not bound["feasible"] else \
+        f"at most {bound['sum_ub_ratio']:.3f}× balance's Σ"
+    out.print(f"over every schedule (allocations free to change over time, ground truth): "
+              f"makespan ≥ {bound['makespan_lb']:.0f} s = {bound['makespan_lb_ratio']:.3f}× "
+              f"balance's; with every job ≥ {bound['alpha']:g}× its balance rate, {ok}")
+    for r in runs:
+        r["bounds"] = bound
     shown = [r for r in runs if r["paper_setting"] and r["policy"] in ("balance", "waa",
                                                                         "optimal")]
     _output.save(json_path, runs)
@@ -91,6 +107,16 @@ def bench_dynamic(args) -> int:
                             ["policy", "reallocation", "makespan s", "× no-realloc",
                              "Σ samples/s", "× no-realloc ", "mean JCT s", "reallocs",
                              "worst job × balance"], rows, left=2))
+    slow = [r for policy in (DEFAULT_POLICY, "optimal") for r in experiments.correction_runs(
+        load_trace("paper-dynamic", profile.gpus), profile, model, "app4", 2.0, policy, config)]
+    out.print(_output.table("app4 (VGG13) steps 2× slower than any prediction: online "
+                            "correction of its B·F_μ (a step sample every 2 s)",
+                            ["policy", "case", "makespan s", "mean JCT s", "app4 JCT s",
+                             "first re-plan after start"],
+                            [[r["policy"], r["case"], f"{r['makespan_s']:.1f}",
+                              f"{r['mean_jct_s']:.1f}", f"{r['job_jct_s']:.1f}",
+                              "—" if r["corrected_after_s"] is None else
+                              f"{r['corrected_after_s']:g} s"] for r in slow], left=2))
     _output.save(args.json, runs)
     shown = [runs[0], next(r for r in runs if r["policy"] == DEFAULT_POLICY)]
     _output.plot(args.plot, shown, f"bench dynamic, profile {profile.name}")
@@ -111,7 +137,8 @@ def bench_allocation(args) -> int:
     """Allocation speed of every policy on many jobs, against ``optimal`` in the same run."""
     from adloader.sim import experiments
 
-    rows = experiments.allocation_timing(args.jobs, args.capacity)
+    rows = experiments.allocation_timing(1000 if args.jobs is None else args.jobs,
+                                         args.capacity)
     out = [[r["policy"], r["case"], f"{r['median_ms']:.3f}", f"{r['time_ratio']:.3f}",
             r["workers"], f"{r['throughput']:.0f}", f"{r['throughput_ratio']:.4f}"]
            for r in rows]
@@ -123,83 +150,44 @@ def bench_allocation(args) -> int:
     return 0
 
 
-# -- the real ones ------------------------------------------------------------------------
-@contextlib.contextmanager
-def _phases(console, label: str):
-    """A transient progress bar; yields ``tick(phase, done, total)`` for the benchmark."""
-    with Progress(transient=True, console=console) as progress:
-        task = progress.add_task(label, total=None)
-
-        def tick(phase, done, total):
-            progress.update(task, description=f"{label}: {phase}", completed=done, total=total)
-
-        yield tick
+MIXES_JOBS = 8  # jobs per held-out mix: Table III's count, `adloader workload generate`'s
 
 
-def bench_resize(args) -> int:
-    """ElasticDataLoader: live resizes (stall, lost, repeated) and per-batch overhead."""
-    from adloader.bench.resize import run_resize_bench
+def bench_mixes(args) -> int:
+    """Held-out random mixes from the generator: every policy against no reallocation and
+    against balance on each mix; medians and min–max over mixes."""
+    from adloader.sim import experiments
 
-    console = _output.console()
-    with _phases(console, "bench resize") as tick:
-        result = run_resize_bench(quick=args.quick, progress=tick)
-    rows = [[r["handover"], r["resizes"], "yes" if r["in_order"] else "NO", r["lost"],
-             r["repeated"], f"{r['stall_median_ms']:.1f}", f"{r['stall_p95_ms']:.1f}",
-             f"{r['interval_stall_median_ms']:.1f}"] for r in result["resize"]]
-    console.print(_output.table("live resizes (paper: pause and relaunch, 16 s a round)",
-                         ["handover", "resizes", "order kept", "lost", "repeated",
-                          "stall median ms", "stall p95 ms", "stall to next resize ms"], rows))
-    rows = [[r["dataset"], r["workers"], f"{r['torch_ms_per_batch']:.3f}",
-             f"{r['elastic_ms_per_batch']:.3f}", f"{r['ratio']:.3f}",
-             f"{r['paired_ratio']:.3f}"] for r in result["overhead"]]
-    console.print(_output.table("per-batch cost against torch.utils.data.DataLoader (same run, "
-                         "medians)", ["dataset", "workers", "torch ms/batch", "elastic ms/batch",
-                                      "× torch", "× torch, paired"], rows))
-    s, k = result["stream"], result["kill"]
-    console.print(_output.table("a ShardedStream resized, workers killed (SIGKILL from outside)",
-                                ["row", "events", "samples", "lost", "repeated", "notes"], [
-        ["stream resized", s["resizes"], s["samples"], s["lost"], s["repeated"],
-         f"{s['samples_per_s']} samples/s"],
-        [f"worker killed ({k['workers']} workers)", k["kills"], "", k["lost"], k["repeated"],
-         f"respawn stall {k['respawn_stall_ms_median']} ms median; torch: "
-         f"{k['torch_samples_lost']} samples lost ({k['torch_error']})"]]))
-    rows = [[m["loader"], m["workers"], m["uss_mib_per_worker"], f"{m['ratio']:.3f}"]
-            for m in result["memory"]]
-    console.print(_output.table("memory per worker, a dataset of 10^6 paths (USS after reading "
-                                "a fifth)", ["loader", "workers", "MiB", "× torch"], rows))
+    jobs = MIXES_JOBS if args.jobs is None else args.jobs
+    profile, model, config = _options.simulation_setup(args)
+    out = _output.console()
+    _intro(out, profile, config)
+    result = experiments.random_mixes(profile, model, config, args.mixes, args.seed, jobs,
+                                      args.rate)
+    seeds = result["seeds"]
+    out.print(f"{len(seeds)} held-out mixes, generator seeds {seeds[0]}–{seeds[-1]} (tests use "
+              f"0–11; nothing was tuned on generated traces): {jobs} jobs each, mix "
+              f"{result['mix']}, Poisson arrivals at {args.rate:.4g}/s, {profile.gpus} GPUs; "
+              f"{result['simulations']} simulations in {result['seconds']:.1f} s")
+
+    def cell(row, key):
+        v = row[key]
+        return f"{v['median']:.3f} ({v['min']:.2f}–{v['max']:.2f})"
+
+    rows = [[r["policy"] if r["realloc"] else "no realloc",
+             *(cell(r, k) for k in experiments.MIX_METRICS),
+             f"{r['every_job_kept']}/{r['mixes']}"] for r in result["rows"]]
+    out.print(_output.table("held-out random mixes, median (min–max) over mixes; baselines "
+                            "from the same mix: no realloc (requested workers kept) and "
+                            "balance (with reallocation, as every policy here)",
+                            ["policy", "makespan × no-realloc", "makespan × balance",
+                             "mean JCT × balance", "Σ T × balance", "worst job × balance",
+                             f"every job ≥ {result['alpha']:g}× balance"], rows))
     _output.save(args.json, result)
     return 0
 
 
-def bench_cache(args) -> int:
-    """Cache policies on an ImageNet-sized access stream: hit ratio and ratio to Belady."""
-    from adloader.bench.cache import run_cache_bench
-
-    console = _output.console()
-    kw = {"quick": args.quick}
-    if args.ranks_per_node:
-        kw["ranks_per_node"] = args.ranks_per_node
-    with Progress(transient=True, console=console) as progress:
-        task = progress.add_task("bench cache", total=None)
-        rows_seen = []
-
-        def tick(row):
-            rows_seen.append(row)
-            progress.update(task, description=f"bench cache: {row['policy']} at "
-                                              f"{row['fraction']:.0%}")
-
-        rows = run_cache_bench(progress=tick, **kw)
-    out = [[f"{r['fraction']:.0%}", r["policy"], f"{r['hit_ratio']:.4f}",
-            f"{r['hit_ratio_after_first']:.4f}", f"{r['ratio_to_belady_after_first']:.3f}",
-            "" if r["expected"] is None else f"{r['expected']:.4f}", f"{r['seconds']:.1f}"]
-           for r in rows]
-    console.print(_output.table(f"cache hit ratio, {rows[0]['accesses']:,} accesses",
-                         ["cache", "policy", "hit ratio", "epochs ≥ 2", "× Belady (≥ 2)",
-                          "LRU expected", "seconds"], out))
-    _output.save(args.json, rows)
-    return 0
-
-
+# -- the real ones ------------------------------------------------------------------------
 def bench_live(args) -> int:
     """The static mix as real jobs under a real daemon, one run per policy."""
     from adloader.bench.live import LiveConfig, run_live_bench
@@ -217,16 +205,25 @@ def bench_live(args) -> int:
         raise InputError("bench live: --rounds must be >= 1, --iterations-scale > 0, "
                          "--crop and --workers >= 0")
     result = run_live_bench(cfg, progress=lambda m: console.print(f"  {m}"))
-    rows = [[r["policy"], f"{r['aggregate_throughput']:.1f}", f"{r['ratio']:.3f}",
-             f"{r['paired_ratio']:.3f}", f"{r['makespan_s']:.1f}", f"{r['mean_jct_s']:.1f}",
-             f"{r['reallocations']:g}", " / ".join(f"{x:.0f}" for x in r["each"])]
-            for r in result["summary"]]
+    summary = result["summary"]
+    rows = [[r["policy"], f"{r['aggregate_throughput']:.1f}", f"{r['paired_ratio']:.3f}",
+             f"{r['spread'][0]:.2f}–{r['spread'][1]:.2f}", f"{r['makespan_s']:.1f}",
+             f"{r['makespan_paired']:.3f}", f"{r['jct_paired']:.3f}", f"{r['worst_job']:.3f}",
+             f"{r['reallocations']:g}", f"{len(r['met'])}/4"] for r in summary]
     console.print(_output.table(
         f"static mix as real jobs here ({result['mode']}): {result['capacity']} workers, "
-        f"iterations × {cfg.iterations_scale:g}; medians of {cfg.rounds} rounds",
-        ["policy", "Σ samples/s", "× balance", "× balance, paired", "makespan s", "mean JCT s",
-         "reallocs", "each round"], rows))
-    console.print("paired: the median over rounds of the ratio to balance in the same round")
+        f"iterations × {cfg.iterations_scale:g}; medians of {cfg.rounds} rounds, "
+        "ratios paired with balance's run of the same round",
+        ["policy", "Σ samples/s", "Σ × balance", "spread", "makespan s", "makespan ×",
+         "mean JCT ×", "worst job ×", "reallocs", "targets"], rows))
+    names = list(summary[0]["jobs"])
+    console.print(_output.table(
+        "each job's rate against its rate under balance (median over rounds)",
+        ["policy", *names],
+        [[r["policy"], *(f"{r['jobs'].get(n, float('nan')):.3f}" for n in names)]
+         for r in summary]))
+    console.print("targets (issue \"Fair and fast\"): Σ ≥ 1.30×, makespan ≤ 0.90×, mean JCT "
+                  "≤ 0.85×, every job ≥ 0.95×; spread: min–max of Σ × balance over rounds")
     _output.save(args.json, result)
     last = {r["policy"]: r for r in result["runs"]}  # the last round of each policy
     _output.plot(args.plot, list(last.values()), "bench live (real jobs)")
@@ -262,77 +259,6 @@ def bench_api(args) -> int:
     return 0
 
 
-def bench_locality(args) -> int:
-    """Locality-aware assembly: share of samples fetched from another rank or storage after
-    the first epoch and transfers per step, simulated for p = 4..256 and on real gloo ranks."""
-    from adloader.bench.locality import run_gloo_locality_bench, run_locality_bench
-
-    console = _output.console()
-    with console.status("bench locality: simulated ranks"):
-        rows = run_locality_bench(quick=args.quick)
-    out = [[r["p"], r["mode"], f"{r['remote_share_mean']:.2%}", f"{r['remote_share_median']:.2%}",
-            f"{r['remote_share_p95']:.2%}", f"{r['transfers_mean']:.1f}",
-            f"{r['transfers_max']} / {r['transfer_bound']}", r["largest_local_batch"]]
-           for r in rows]
-    console.print(_output.table(f"simulated: local batch {rows[0]['local_batch']}, epochs ≥ 2 "
-                         f"(paper: 3.4 % median)",
-                         ["p", "mode", "fetched mean", "median", "p95", "transfers/step",
-                          "max / p−1", "largest local batch"], out))
-    with console.status("bench locality: real gloo ranks"):
-        real = run_gloo_locality_bench(world_size=2 if args.quick else 4,
-                                       steps_per_epoch=4 if args.quick else 10)
-    out = [[r["p"], r["mode"], f"{r['remote_share']:.2%}",
-            f"{r['transfers_mean']:.1f}", f"{r['transfers_max']} / {r['transfer_bound']}"]
-           for r in real]
-    console.print(_output.table("real gloo ranks on this machine (epochs ≥ 2)",
-                         ["ranks", "mode", "fetched", "transfers/step", "max / p−1"], out))
-    _output.save(args.json, {"simulated": rows, "gloo": real})
-    return 0
-
-
-def bench_storage(args) -> int:
-    """Epoch times over slow shared storage, with and without the node's RAM cache."""
-    from adloader.bench.storage import run_storage_bench
-
-    console = _output.console()
-    with console.status("bench storage: real loader processes over a slow shared link"):
-        result = run_storage_bench(quick=args.quick)
-    cfg, un, ca = result["config"], result["uncached"], result["cached"]
-    rows = [[e + 1, f"{un['epoch_s'][e]:.2f}", f"{ca['epoch_s'][e]:.2f}",
-             f"{result['speedup_per_epoch'][e]:.2f}", f"{ca['hit_ratio'][e]:.3f}",
-             un["storage_reads"][e], ca["storage_reads"][e]] for e in range(len(un["epoch_s"]))]
-    console.print(_output.table(
-        f"epoch time over {cfg.get('bandwidth_mb_s', '?')} MB/s shared storage, policy "
-        f"{cfg.get('policy', '?')}, RAM cache {cfg.get('cache_fraction', 0):.0%} of the data",
-        ["epoch", "no cache s", "cache s", "× faster", "hit ratio", "reads (no cache)",
-         "reads (cache)"], rows))
-    mem = result["memory"]
-    console.print(f"epochs ≥ 2: {result['later_epoch_speedup']:.2f}× faster (target "
-                  f"{result['target']:g}×); RAM tier resident {mem['resident_bytes']:,} B of a "
-                  f"{mem['budget_bytes']:,} B budget (psutil), within budget: "
-                  f"{mem['within_budget']}")
-    _output.save(args.json, result)
-    return 0
-
-
-def bench_loaders(args) -> int:
-    """torch's DataLoader, torchdata's StatefulDataLoader, SPDL's pipeline (threads, processes)
-    and ElasticDataLoader on one JPEG workload: samples/s and CPU per sample, per worker count."""
-    from adloader.bench.loaders import loaders_table, run_loaders_bench
-
-    console = _output.console()
-    with _phases(console, "bench loaders") as tick:
-        result = run_loaders_bench(workers=args.workers, rounds=args.rounds, crop=args.crop,
-                                   quick=args.quick, progress=tick)
-    title, columns, rows = loaders_table(result)
-    console.print(_output.table(title, columns, rows, left=2))
-    cfg = result["config"]
-    console.print(f"load average {cfg['load_before'][0]:.2f} before, {cfg['load_after'][0]:.2f} "
-                  f"after; paired: the median over rounds of the ratio to torch in that round")
-    _output.save(args.json, result)
-    return 0
-
-
 def bench_startup(args) -> int:
     """The command line's start-up: `adloader --help`, `jobs`, `submit --help` against a bare
     interpreter importing argparse, in the same run (medians)."""
@@ -354,10 +280,13 @@ BENCHMARKS = {
     "dynamic": (bench_dynamic, "the dynamic trace (Table III), simulated"),
     "tpm": (bench_tpm, "the TPM's held-out R² (Table I)"),
     "allocation": (bench_allocation, "allocation speed of every policy"),
+    "mixes": (bench_mixes, "held-out random mixes from the generator, every policy, simulated"),
     "live": (bench_live, "the static mix as real jobs under real daemons"),
     "api": (bench_api, "REST latency, daemon memory and CPU with N heartbeating masters"),
     "resize": (bench_resize, "live resizes and per-batch cost against torch's DataLoader"),
     "cache": (bench_cache, "cache policies against Belady's MIN"),
+    "epoch-order": (bench_epoch_order, "SOLAR's epoch order: reads saved per cache policy"),
+    "chunks": (bench_chunks, "SOLAR's aggregated chunk loading on a cold HDF5 file"),
     "locality": (bench_locality, "locality-aware batches, simulated and on gloo ranks"),
     "storage": (bench_storage, "epoch time over slow storage with the node's RAM cache"),
     "startup": (bench_startup, "the command line's start-up time"),
@@ -378,12 +307,17 @@ def register(sub) -> None:
     p.add_argument("--quick", action="store_true", help="small settings (seconds)")
     _options.sim_options(p)
     _options.output_options(p)
-    p.add_argument("--jobs", type=int, default=1000, help="allocation: jobs")
+    p.add_argument("--jobs", type=int, default=None,
+                   help=f"allocation: jobs (default 1000); mixes: jobs per mix (default "
+                        f"{MIXES_JOBS})")
+    p.add_argument("--mixes", type=int, default=10, help="mixes: random mixes (default 10)")
+    p.add_argument("--rate", type=float, default=1 / 60,
+                   help="mixes: Poisson arrivals per second (default one a minute)")
     p.add_argument("--capacity", type=int, default=1024, help="allocation: workers")
     p.add_argument("--masters", default="200,1000",
                    help="api: simulated masters, a row per count (default 200,1000)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="live: rounds of every policy (default 3); loaders: rounds (default 5)")
+                   help="live: rounds of every policy (default 4); loaders: rounds (default 5)")
     p.add_argument("--iterations-scale", dest="iterations_scale", type=float, default=None,
                    help="live: the trace's iterations × this (default 0.2)")
     p.add_argument("--crop", type=int, default=None,
@@ -394,4 +328,7 @@ def register(sub) -> None:
                         "loaders: worker counts, a row each (default 1,2,4)")
     p.add_argument("--ranks-per-node", type=int, default=None,
                    help="cache: ranks on the node (default: all of them)")
+    p.add_argument("--max-imbalance", dest="max_imbalance", type=float, default=1.1,
+                   help="locality: how far the bounded mode may grow a local batch (× b, "
+                        "default 1.1)")
     p.set_defaults(func=_bench)

@@ -7,6 +7,8 @@
 - tpm: held-out R² of every regressor for F_μ and F_λ (Table I) on noisy profile samples.
 - allocation: time to allocate 1,000 jobs over 1,024 workers, per policy, against ``optimal``;
   ``fair`` re-solving after one change and after one arrival on a 16-job node.
+- random_mixes: held-out random traces from the generator (seeds from 1000), every policy
+  against no reallocation and against balance; median and min–max over mixes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from rich.progress import Progress
 
 from adloader.allocation import POLICIES, JobDemand, get_policy, total_throughput
+from adloader.errors import InputError
 from adloader.fair_allocation import FairAllocator
 from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, simulate
@@ -80,6 +83,79 @@ def instant_frontier(trace: Trace, profile: DeviceProfile, model: ThroughputMode
     views = [v for v in views if v.name in placement]
     wanted = demands(views, placement, sim.model, sim.table)
     return pareto_frontier(wanted, sim.capacity, sim.table)
+
+
+def static_bounds(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                  balance_run: dict, alpha: float = 0.95, base: SimConfig | None = None) -> dict:
+    """``schedule_bounds`` on the simulator's ground truth for the jobs present at t = 0:
+    no schedule, however its allocations change over time, finishes sooner than
+    ``makespan_lb`` or, with every job at ≥ α × its rate in ``balance_run``, reaches more
+    than ``sum_ub`` Σ samples/s. Each subset's best node rate is found by exhaustive search
+    over allocations (``all_plans``) on its GPUs as placed at t = 0."""
+    from adloader.fair_frontier import all_plans, schedule_bounds
+    from adloader.planner import PlanJob, _place
+    from adloader.sim.simulator import Simulator, gpu_rates
+
+    sim = Simulator(trace, profile, model, base or SimConfig())
+    jobs = [j for j in sim.jobs if j.spec.arrival_s == 0]
+    load = [0] * sim.gpus
+    for j in jobs:
+        view = PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m, 0)
+        j.gpu_ids = _place(view, load, profile.max_jobs_per_gpu) or ()
+        for g in j.gpu_ids:
+            load[g] += 1
+    jobs = [j for j in jobs if j.gpu_ids]
+    cache: dict[frozenset, float] = {}
+
+    def best_rate(subset: frozenset) -> float:
+        if subset not in cache:
+            members = [jobs[i] for i in sorted(subset)]
+            best = 0.0
+            for plan in all_plans(len(members), sim.capacity):
+                node = int(plan.sum())
+                workers = dict(zip((j.name for j in members), plan.tolist(), strict=True))
+                rates = gpu_rates(members, lambda j, w=workers, n=node:
+                                  profile.loading_rate(w[j.name], n))
+                best = max(best, sum(rates[j.name] * j.spec.batch_size for j in members))
+            cache[subset] = best
+        return cache[subset]
+
+    samples = [j.spec.iterations * j.spec.batch_size for j in jobs]
+    jct = {j["name"]: j["jct_s"] for j in balance_run["jobs"]}
+    out = schedule_bounds(samples, best_rate, [best_rate(frozenset([i])) for i in
+                                               range(len(jobs))],
+                          [jct[j.name] / alpha for j in jobs])
+    out["order"] = [jobs[i].name for i in out["order"]] if out["order"] else None
+    out["makespan_lb_ratio"] = out["makespan_lb"] / balance_run["makespan_s"]
+    out["sum_ub_ratio"] = out["sum_ub"] / balance_run["aggregate_throughput"]
+    out["alpha"] = alpha
+    return out
+
+
+def correction_runs(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                    job: str, factor: float = 2.0, policy: str = "fair",
+                    base: SimConfig | None = None) -> list[dict]:
+    """``job`` runs ``factor`` × slower than any prediction says: the schedule without the
+    online correction, with it (a step sample every 2 s, as the daemon), and with the truth
+    known at once (a sample every 10 ms: the bound); when the correction first re-planned."""
+    base = base or SimConfig()
+    cases = (("no correction", False, 2.0), ("online correction", True, 2.0),
+             ("truth known (bound)", True, 0.01))
+    out = []
+    for label, correct, every in cases:
+        cfg = SimConfig(**{**base.__dict__, "policy": policy, "realloc": True,
+                           "correct": correct, "observe_s": every,
+                           "slow": ((job, factor),)})
+        run = simulate(trace, profile, model, cfg).to_json()
+        slow = next(j for j in run["jobs"] if j["name"] == job)
+        first = next((e["t_s"] for e in run["events"] if e["kind"] == "corrected"
+                      and e.get("job") == job), None)
+        out.append({"case": label, "policy": policy, "makespan_s": run["makespan_s"],
+                    "mean_jct_s": run["mean_jct_s"], "job": job, "job_jct_s": slow["jct_s"],
+                    "job_start_s": slow["start_s"],
+                    "corrected_after_s": None if first is None else
+                    round(first - slow["start_s"], 3)})
+    return out
 
 
 def job_ratios(run: dict, ref: dict) -> None:
@@ -194,3 +270,76 @@ def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
         times.append(took)
     rows.append(_row("fair, warm re-solve", case, afters[-1], capacity, table, times, plan))
     return rows
+
+
+# -- held-out random mixes ------------------------------------------------------------------
+MIX_SEED = 1000  # generator seeds of the held-out mixes start here (tests use 0–11)
+MIX_POLICIES = ("balance", "waa", "optimal", "fair", "jct")
+MIX_METRICS = ("makespan_x_norealloc", "makespan_x_balance", "mean_jct_x_balance",
+               "sum_x_balance", "worst_x_balance")
+
+
+def mix_seeds(count: int, seed: int = 0) -> list[int]:
+    """The generator seeds of ``count`` held-out mixes: MIX_SEED + seed·count + i, so each
+    ``seed`` draws a disjoint set, and none is a seed a test or a calibration used."""
+    return [MIX_SEED + seed * count + i for i in range(count)]
+
+
+def random_mixes(profile: DeviceProfile, model: ThroughputModel, base: SimConfig | None = None,
+                 count: int = 10, seed: int = 0, jobs: int = 8, rate: float = 1 / 60,
+                 mix: str = "paper", policies: tuple[str, ...] = MIX_POLICIES,
+                 alpha: float = 0.95) -> dict:
+    """``count`` random traces from the generator (Poisson arrivals at ``rate``, ``jobs`` jobs
+    of ``mix``) with held-out seeds (``mix_seeds``), each simulated with the requested
+    workers and no reallocation (the baseline) and under every policy with reallocation.
+    Each run against the same mix's baseline and its ``balance`` run; then per policy the
+    median, min and max over mixes, and in how many mixes every job kept ≥ α × its rate
+    under balance (rate: samples / JCT)."""
+    from adloader.sim.generator import generate
+
+    if count < 1:
+        raise InputError(f"mixes must be at least 1, got {count}")
+    base = base or SimConfig()
+    configs = [SimConfig(**{**base.__dict__, "policy": "requested", "realloc": False})]
+    configs += [SimConfig(**{**base.__dict__, "policy": p, "realloc": True}) for p in policies]
+    seeds = mix_seeds(count, seed)
+    per_mix: list[dict] = []
+    start = time.perf_counter()
+    with Progress(transient=True) as progress:
+        task = progress.add_task("bench mixes", total=count * len(configs))
+        for s in seeds:
+            trace = generate(jobs, s, mix, rate, profile.gpus)
+            runs = []
+            for cfg in configs:
+                runs.append(simulate(trace, profile, model, cfg).to_json())
+                progress.advance(task)
+            ref = runs[0]
+            bal = next(r for r in runs if r["policy"] == "balance" and r["realloc"])
+            for r in runs:
+                job_ratios(r, bal)
+                per_mix.append({
+                    "seed": s, "policy": r["policy"], "realloc": r["realloc"],
+                    "makespan_s": r["makespan_s"], "mean_jct_s": r["mean_jct_s"],
+                    "aggregate_throughput": r["aggregate_throughput"],
+                    "reallocations": r["reallocations"],
+                    "makespan_x_norealloc": r["makespan_s"] / max(ref["makespan_s"], 1e-9),
+                    "makespan_x_balance": r["makespan_ratio"],
+                    "mean_jct_x_balance": r["mean_jct_ratio"],
+                    "sum_x_balance": r["aggregate_throughput"]
+                    / max(bal["aggregate_throughput"], 1e-9),
+                    "worst_x_balance": r["worst_job_ratio"],
+                    "every_job_kept": r["worst_job_ratio"] >= alpha - 1e-9})
+    seconds = time.perf_counter() - start
+    rows = []
+    for cfg in configs:
+        mine = [m for m in per_mix if m["policy"] == cfg.policy and m["realloc"] == cfg.realloc]
+        row: dict = {"policy": cfg.policy, "realloc": cfg.realloc, "mixes": len(mine),
+                     "every_job_kept": sum(m["every_job_kept"] for m in mine)}
+        for key in MIX_METRICS:
+            values = [m[key] for m in mine]
+            row[key] = {"median": statistics.median(values), "min": min(values),
+                        "max": max(values)}
+        rows.append(row)
+    return {"seeds": seeds, "jobs": jobs, "rate_per_s": rate, "mix": mix, "alpha": alpha,
+            "gpus": profile.gpus, "simulations": len(per_mix), "seconds": seconds,
+            "rows": rows, "runs": per_mix}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from adloader import correction
 from adloader.allocation import get_policy
 from adloader.errors import InputError
 from adloader.gpushare import iteration_rates
@@ -48,6 +49,9 @@ class SimJob:
     paused_until: float = 0.0
     start_s: float | None = None
     end_s: float | None = None
+    scale: float = 1.0  # c_i, the online correction of its predicted B·F_μ
+    planned_scale: float = 1.0  # c_i when it was last planned
+    observe_at: float | None = None  # its next heartbeat sample (correction on)
 
     @property
     def name(self) -> str:
@@ -65,6 +69,9 @@ class SimConfig:
     keep_threshold: float = 0.02  # a resize must change the job's predicted T by more
     prediction_error: float = 0.0  # ε: predicted B·F_μ off by up to ±ε per job (truth intact)
     error_seed: int = 0
+    correct: bool = True  # correct each job's B·F_μ online from its steps (adloader.correction)
+    observe_s: float = 2.0  # one step sample a job this often (the daemon's SAMPLE_INTERVAL_S)
+    slow: tuple[tuple[str, float], ...] = ()  # (job, k): its true steps k × the profile's
 
 
 @dataclass
@@ -154,7 +161,11 @@ class Simulator:
             feat = features(spec.model)
             step = profile.step_time(spec.batch_size / spec.gpus, feat.flops_g, feat.params_m,
                                      spec.gpus)
+            step *= dict(self.cfg.slow).get(spec.name, 1.0)
             self.jobs.append(SimJob(spec, feat.flops_g, feat.params_m, step))
+        unknown = set(dict(self.cfg.slow)) - {j.name for j in self.jobs}
+        if unknown:
+            raise InputError(f"slow: no job named {', '.join(sorted(unknown))} in the trace")
         self.table = model.loading_table(self.capacity)
         self.t = 0.0
         self.timeline: list[dict] = []
@@ -179,7 +190,7 @@ class Simulator:
             PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m,
                     (j.spec.iterations - j.done) * j.spec.batch_size, j.state == "running",
                     j.workers, j.gpu_ids if j.state == "running" else tuple(j.spec.gpu_ids or ()),
-                    j.spec.workers)
+                    j.spec.workers, j.scale)
             for j in running + waiting
         ]
         decision = plan(views, capacity=self.capacity, gpus=self.gpus, model=self.model,
@@ -198,6 +209,10 @@ class Simulator:
             job.state, job.start_s = "running", self.t
             job.workers = job.workers_initial = decision.workers[name]
             job.gpu_ids = decision.gpu_ids[name]
+            if self.cfg.correct:
+                job.observe_at = self.t + self.cfg.observe_s
+        for job in running + [by_name[n] for n in decision.launched]:
+            job.planned_scale = job.scale
         if not decision.launched and not decision.resized and not running:
             return
         self.events.append({"t_s": round(self.t, 3), "kind": "plan",
@@ -229,6 +244,8 @@ class Simulator:
             if self.flush_at is not None:
                 horizon.append(self.flush_at)
             for j in self._running():
+                if j.observe_at is not None:
+                    horizon.append(j.observe_at)
                 if j.paused_until > self.t + EPS:
                     horizon.append(j.paused_until)
                 elif rates.get(j.name, 0) > 0:
@@ -250,12 +267,30 @@ class Simulator:
                                         "job": j.name})
                     self._open_window(self.cfg.completion_window_s)
                     self._record()
+            self._observe()
             if self.flush_at is not None and self.flush_at <= self.t + EPS:
                 self.flush_at = None
                 self._plan()
         return SimResult(self.cfg.policy, self.cfg.realloc, self.capacity, self.jobs,
                          self.timeline, self.reallocations, self.gpu_busy, self.gpu_held,
                          self.events)
+
+    def _observe(self) -> None:
+        """Heartbeat samples of the steps: update c_i (``adloader.correction``) and plan
+        again at once when it moved; a job stops sampling once c_i is within 1 %."""
+        for j in self._running():
+            if j.observe_at is None or j.observe_at > self.t + EPS:
+                continue
+            predicted = j.scale * self.model.training_throughput(
+                j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m)
+            observed = j.spec.batch_size / j.step_s  # its steps as the GPU reports them
+            j.scale = correction.update(j.scale, observed, predicted)
+            near = abs(observed / max(predicted, EPS) - 1) < 0.01
+            j.observe_at = None if near else self.t + self.cfg.observe_s
+            if self.cfg.realloc and correction.moved(j.scale, j.planned_scale):
+                self.events.append({"t_s": round(self.t, 3), "kind": "corrected",
+                                    "job": j.name, "scale": round(j.scale, 3)})
+                self._open_window(0.0)
 
     def _open_window(self, window: float) -> None:
         due = self.t + window

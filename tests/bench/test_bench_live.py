@@ -59,6 +59,8 @@ def test_quick_bench_live_runs_real_daemons_and_reports_ratios(tmp_path):
     result = json.loads(out.read_text())
     rows = {r["policy"]: r for r in result["summary"]}
     assert set(rows) == {"balance", "optimal"} and rows["balance"]["ratio"] == 1.0
+    assert rows["balance"]["worst_job"] == 1.0 and set(rows["balance"]["jobs"].values()) == {1.0}
+    assert len(rows["optimal"]["jobs"]) == 3
     assert result["capacity"] == 2
     for run in result["runs"]:
         assert [job["state"] for job in run["jobs"]] == ["finished"] * 3
@@ -70,3 +72,26 @@ def test_bench_live_refuses_bad_settings():
                            "0"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--rounds must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_rounds_are_paired_with_balance_of_the_same_round():
+    from adloader.bench.live import summarise_rounds
+
+    def run(policy, rnd, rates, makespan, jct):
+        jobs = [{"name": n, "throughput": x} for n, x in rates.items()]
+        return {"policy": policy, "round": rnd, "jobs": jobs, "aggregate_throughput":
+                sum(rates.values()), "makespan_s": makespan, "mean_jct_s": jct,
+                "reallocations": 0}
+
+    runs = [run("balance", 0, {"a": 10, "b": 10}, 10, 10),
+            run("balance", 1, {"a": 20, "b": 20}, 5, 5),  # a faster round: drift
+            run("fair", 0, {"a": 15, "b": 9}, 9, 8),
+            run("fair", 1, {"a": 30, "b": 18}, 4.5, 4)]
+    rows = {r["policy"]: r for r in summarise_rounds(runs, ("balance", "fair"))}
+    fair = rows["fair"]
+    assert fair["paired_ratio"] == pytest.approx(1.2)
+    assert fair["spread"] == pytest.approx([1.2, 1.2])
+    assert fair["jobs"] == pytest.approx({"a": 1.5, "b": 0.9}) and fair["worst_job"] == 0.9
+    assert fair["makespan_paired"] == pytest.approx(0.9) and fair["jct_paired"] == 0.8
+    assert fair["met"] == ["makespan_paired", "jct_paired"]  # Σ 1.2 < 1.3, worst 0.9 < 0.95
+    assert rows["balance"]["met"] == ["worst_job"]

@@ -22,6 +22,10 @@ def test_bench_quick_meets_the_targets():
         assert 0 < loc["transfers_max"] <= p - 1
         assert reg["remote_share_mean"] == pytest.approx((p - 1) / p, abs=0.01)
         assert solar["remote_share_mean"] == 0 and solar["largest_local_batch"] > 128
+        bounded = by[p, "bounded"]  # issue 14: ≤ 1 % fetched, no local batch over 1.1 × b
+        assert bounded["meets_target"] and bounded["remote_share_mean"] <= 0.01
+        assert bounded["largest_local_batch"] == 140 and bounded["largest_ratio"] <= 1.1
+        assert bounded["transfers_max"] <= p - 1
 
 
 def test_bench_partial_caches_agree_with_the_planner():
@@ -87,3 +91,13 @@ def test_remote_share_on_real_ranks_local_batch_128():
     assert locality["remote_share"] == pytest.approx(locality["planned_remote_share"])
     assert 0 < locality["transfers_max"] <= 3
     assert regular["remote_share"] == pytest.approx(0.75, abs=0.05)
+
+
+def test_bounded_imbalance_on_real_ranks():
+    rows = run_gloo_locality_bench(world_size=4, local_batch=128, epochs=2, steps_per_epoch=4,
+                                   modes=("bounded",), timeout=60)
+    (bounded,) = rows
+    assert bounded["remote_share"] <= 0.01
+    assert bounded["remote_share"] == pytest.approx(bounded["planned_remote_share"])
+    assert 128 <= bounded["largest_local_batch"] <= 140 and bounded["largest_ratio"] <= 1.1
+    assert bounded["transfers_max"] <= 3

@@ -87,7 +87,8 @@ def _all_modes(rank, world_size):
     small = SIZE // (2 * world_size)  # caches holding half a rank's share
     runs = [("regular", {}), ("locality", {}), ("solar", {}),
             ("locality", {"cache_capacity": small, "read_cost": 0.5}),
-            ("solar", {"cache_capacity": small, "threads": 2})]
+            ("solar", {"cache_capacity": small, "threads": 2}), ("bounded", {}),
+            ("bounded", {"cache_capacity": small, "max_imbalance": 1.5})]
     return [(mode, opts, *_train(rank, world_size, mode, opts)) for mode, opts in runs]
 
 
@@ -262,7 +263,8 @@ def test_a_peer_lost_before_the_directory_exchange_raises():
 def _bad_args(rank, world_size):
     errors = []
     for kwargs in ({"mode": "nearest"}, {"on_peer_failure": "retry"}, {"timeout": 0},
-                   {"reduction": "max"}, {"cache_capacity": -1}, {"num_workers": -1}):
+                   {"reduction": "max"}, {"cache_capacity": -1}, {"num_workers": -1},
+                   {"mode": "bounded", "max_imbalance": 0.9}):
         try:
             LocalityBatches(Images(), LOCAL, **kwargs)
         except InputError as exc:
@@ -274,5 +276,6 @@ def test_bad_arguments_are_input_errors():
     with pytest.raises(InputError, match="not initialised"):
         LocalityBatches(Images(), LOCAL)
     errors = spawn_gloo(_bad_args, 1, timeout=30)[0]
-    assert len(errors) == 6 and all("\n" not in e for e in errors)
+    assert len(errors) == 7 and all("\n" not in e for e in errors)
     assert "nearest" in errors[0] and "num_workers" in errors[5]
+    assert "max_imbalance must be at least 1" in errors[6]

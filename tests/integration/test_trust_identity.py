@@ -112,9 +112,9 @@ def test_a_job_naming_another_with_its_own_token_changes_nothing(tmp_path):
                   Finish(job="victim-1", token="attacker-token", iterations=999),
                   Register(job="victim-1", token="attacker-token",
                            features={"batch_size": 8, "flops_g": 1, "params_m": 1})]
-        for i in range(20):
-            victim.beat("victim-1", "victim-token", i + 1)
-            attacker.beat("attacker-1", "attacker-token", i + 1)  # alive, so never lost
+        for i in range(20):  # data-bound beats: no correction of c_i re-plans meanwhile
+            victim.beat("victim-1", "victim-token", i + 1, data_wait_s=0.05)
+            attacker.beat("attacker-1", "attacker-token", i + 1, data_wait_s=0.05)  # not lost
             attacker.send(forged[i % len(forged)])
         answers = attacker.received(1.5)
         assert len(answers) == 20 and {a.type for a in answers} == {"refused"}

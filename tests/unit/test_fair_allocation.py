@@ -1,5 +1,7 @@
 """``fair``: max Σ T_i with every T_i ≥ α·b_i, against the exhaustive oracle and ``optimal``."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -214,3 +216,29 @@ def test_each_frontier_point_is_what_fair_gets_at_its_alpha():
             if p["worst_ratio"] <= 1.0:
                 got = fair(jobs, capacity, table, p["worst_ratio"])
                 assert total_throughput(jobs, got, table) == pytest.approx(p["throughput"])
+
+
+def test_schedule_bounds_hold_for_every_two_phase_schedule():
+    """Two jobs sharing a node of rate 10 (each alone at most 8): no schedule beats the bounds,
+    and one schedule reaches the makespan bound."""
+    from adloader.fair_frontier import schedule_bounds
+
+    samples, own = [40.0, 20.0], [8.0, 8.0]
+    rate = {frozenset([0]): 8.0, frozenset([1]): 8.0, frozenset([0, 1]): 10.0}
+    out = schedule_bounds(samples, rate.__getitem__, own)
+    assert out["makespan_lb"] == pytest.approx(6.0) and out["node_rate_max"] == 10.0
+    best_makespan, best_sum = math.inf, 0.0
+    for share in np.linspace(0.0, 1.0, 101):  # job 0 gets share × 10 (≤ 8) until one ends
+        r0, r1 = min(share * 10, 8.0), min((1 - share) * 10, 8.0)
+        if r0 == 0 or r1 == 0:
+            continue
+        t = min(samples[0] / r0, samples[1] / r1)
+        left = [samples[0] - r0 * t, samples[1] - r1 * t]
+        ends = [t + left[0] / 8.0, t] if left[0] > 1e-9 else [t, t + left[1] / 8.0]
+        best_makespan = min(best_makespan, max(ends))
+        best_sum = max(best_sum, samples[0] / ends[0] + samples[1] / ends[1])
+    assert best_makespan >= out["makespan_lb"] - 1e-9
+    assert best_makespan == pytest.approx(out["makespan_lb"], rel=0.02)  # 6 s is reachable
+    assert best_sum <= out["sum_ub"] + 1e-9
+    tight = schedule_bounds(samples, rate.__getitem__, own, floor_jct=[5.0, 5.0])
+    assert not tight["feasible"]  # 60 samples at ≤ 10/s cannot both end by 5 s

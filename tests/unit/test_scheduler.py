@@ -117,10 +117,13 @@ def register_msg(job_id: str, *, tok: str | None = None, workers: int = 0,
                     workers=workers, supervisor=supervisor, name=name)
 
 
-def heartbeat(s: Scheduler, job_id: str, *, tok: str | None = None, step_s: float = 0.1,
+def heartbeat(s: Scheduler, job_id: str, *, tok: str | None = None, step_s: float | None = None,
               data_wait_s: float = 0.0, samples_per_s: float = 300.0,
               workers: int | None = None) -> Heartbeat:
+    """By default the job steps exactly as its plan predicted (no correction of c_i)."""
     job = s.jobs.get(job_id)
+    if step_s is None:
+        step_s = job.batch_size / job.ceiling if job and job.ceiling > 0 else 0.1
     return Heartbeat(job=job_id, token=tok or token(job_id),
                      iteration=(job.iteration if job else 0) + 10, step_s=step_s,
                      data_wait_s=data_wait_s, samples_per_s=samples_per_s,
@@ -673,3 +676,38 @@ def test_a_job_pinned_to_a_gpu_the_node_lacks_fails_alone(sched, clock):
     assert bad.state == "failed"
     assert bad.reason.startswith("the scheduler could not plan it: IndexError")
     assert sched.jobs["j-000001"].state == sched.jobs["j-000003"].state == "running"
+
+
+def test_a_job_slower_than_predicted_is_corrected_and_replanned(sched, clock):
+    """Its steps take 2× the plan's prediction: c_i follows within a few updates, a
+    ``corrected`` event asks for a plan at once, and the plan prices it at c_i · B·F_μ."""
+    start(sched, clock, "j-000001", "j-000002")
+    slow = sched.jobs["j-000001"]
+    predicted = slow.ceiling
+    assert predicted > 0 and slow.rate_scale == 1.0
+    seen = []
+    for _ in range(8):
+        clock.advance(2.0)
+        out = sched.message(peer(slow.id), heartbeat(sched, slow.id,
+                                                     step_s=2 * slow.batch_size / predicted))
+        out.extend(sched.message(peer("j-000002"), heartbeat(sched, "j-000002")))
+        seen += [kind for _, kind, _ in out.events]
+        out.extend(sched.tick())
+        seen += [kind for _, kind, _ in out.events]
+    assert slow.rate_scale == pytest.approx(0.5, rel=0.02)
+    assert "corrected" in seen and "plan" in seen[seen.index("corrected"):]
+    assert slow.planned_scale == pytest.approx(slow.rate_scale, rel=0.16)
+    assert sched.jobs["j-000002"].rate_scale == pytest.approx(1.0)  # the other is untouched
+
+
+def test_a_heartbeat_lying_about_its_steps_moves_its_own_correction_only_within_limits(
+        sched, clock):
+    start(sched, clock, "j-000001", "j-000002")
+    liar = sched.jobs["j-000001"]
+    for _ in range(40):
+        clock.advance(2.0)
+        sched.message(peer(liar.id), heartbeat(sched, liar.id, step_s=1e-9))
+        sched.tick()
+    from adloader.correction import LIMITS
+
+    assert liar.rate_scale == LIMITS[1] and sched.jobs["j-000002"].rate_scale == 1.0

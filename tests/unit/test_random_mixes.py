@@ -1,0 +1,52 @@
+"""``bench mixes``: held-out random mixes from the generator, every policy, simulated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adloader.errors import InputError
+from adloader.sim import experiments
+
+POLICIES = ["requested", *experiments.MIX_POLICIES]
+
+
+def test_two_small_mixes_table_shape_and_balance_is_the_baseline(paper_profile, paper_model):
+    result = experiments.random_mixes(paper_profile, paper_model, count=2, jobs=4)
+    assert result["seeds"] == [1000, 1001]  # held out: no test or calibration uses them
+    assert result["simulations"] == 2 * len(POLICIES) == len(result["runs"])
+    rows = {(r["policy"], r["realloc"]): r for r in result["rows"]}
+    assert list(rows) == [("requested", False), *((p, True) for p in experiments.MIX_POLICIES)]
+    for row in rows.values():
+        assert row["mixes"] == 2 and 0 <= row["every_job_kept"] <= 2
+        for key in experiments.MIX_METRICS:
+            v = row[key]
+            assert 0 < v["min"] <= v["median"] <= v["max"]
+    balance = rows["balance", True]
+    assert all(balance[k] == {"median": 1.0, "min": 1.0, "max": 1.0}
+               for k in experiments.MIX_METRICS if k != "makespan_x_norealloc")
+    assert balance["every_job_kept"] == 2
+    baseline = rows["requested", False]["makespan_x_norealloc"]
+    assert baseline == {"median": 1.0, "min": 1.0, "max": 1.0}
+
+
+def test_seeds_of_each_run_are_disjoint():
+    assert experiments.mix_seeds(3, 0) == [1000, 1001, 1002]
+    assert not set(experiments.mix_seeds(3, 0)) & set(experiments.mix_seeds(3, 1))
+    with pytest.raises(InputError, match="mixes must be at least 1"):
+        experiments.random_mixes(None, None, count=0)
+
+
+def test_cli_prints_a_row_per_policy(run, tmp_path):
+    path = tmp_path / "mixes.json"
+    code, out, _ = run("bench", "mixes", "--mixes", "2", "--jobs", "3", "--rate", "0.05",
+                       "--json", str(path))
+    assert code == 0
+    assert "2 held-out mixes, generator seeds 1000–1001" in out and "3 jobs each" in out
+    saved = json.loads(path.read_text())
+    assert saved["jobs"] == 3 and saved["rate_per_s"] == 0.05
+    assert [r["policy"] for r in saved["rows"]] == POLICIES
+    assert "2/2" in out  # balance keeps every job at its own rate
+    code, _, err = run("bench", "mixes", "--mixes", "0")
+    assert code == 2 and "mixes must be at least 1" in err
