@@ -18,6 +18,7 @@ from .bench_data import (  # the data-path benches
     bench_loaders,
     bench_locality,
     bench_resize,
+    bench_shared_cache,
     bench_storage,
 )
 
@@ -287,6 +288,8 @@ BENCHMARKS = {
     "cache": (bench_cache, "cache policies against Belady's MIN"),
     "epoch-order": (bench_epoch_order, "SOLAR's epoch order: reads saved per cache policy"),
     "chunks": (bench_chunks, "SOLAR's aggregated chunk loading on a cold HDF5 file"),
+    "shared-cache": (bench_shared_cache, "jobs sharing one node cache, arbitrated, against "
+                                         "multi-job MIN (simulated)"),
     "locality": (bench_locality, "locality-aware batches, simulated and on gloo ranks"),
     "storage": (bench_storage, "epoch time over slow storage with the node's RAM cache"),
     "startup": (bench_startup, "the command line's start-up time"),

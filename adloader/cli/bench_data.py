@@ -223,3 +223,25 @@ def bench_chunks(args) -> int:
     _output.save(args.json, result)
     return 0
 
+
+def bench_shared_cache(args) -> int:
+    """Jobs sharing one node cache split among datasets by the arbiter, against private
+    per-job caches and the multi-job Belady MIN on the merged stream (simulated)."""
+    from adloader.bench.shared_cache import run_shared_cache_bench, shared_cache_table
+
+    console = _output.console()
+    with console.status("bench shared-cache"):
+        result = run_shared_cache_bench(quick=args.quick)
+    console.print(_output.table(*shared_cache_table(result)))
+    console.print(_output.table(
+        "a job leaves halfway, unannounced: the split re-planned at its departure",
+        ["cache", "leaves at", "split before", "split after", "first plan kept × MIN",
+         "re-planned × MIN"],
+        [[f"{r['fraction']:.0%}", f"{r['leaves']} t={r['at']:.0f}",
+          " ".join(f"{k}:{v}" for k, v in r["split_before"].items()),
+          " ".join(f"{k}:{v}" for k, v in r["split_after"].items()),
+          f"{r['kept_x_min']:.3f}", f"{r['replanned_x_min']:.3f}"]
+         for r in result["come_and_go"]]))
+    _output.save(args.json, result)
+    return 0
+
