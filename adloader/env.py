@@ -34,5 +34,6 @@ STEP_PROFILE = "ADLOADER_STEP_PROFILE"  # device profile for emulated GPU steps
 STEP_SCALE = "ADLOADER_STEP_SCALE"
 DATA = "ADLOADER_DATA"
 GPU_LOCK_DIR = "ADLOADER_GPU_LOCK_DIR"  # where emulated GPUs' lock files live
+CGROUP_ROOT = "ADLOADER_CGROUP_ROOT"  # a cgroup tree laid out elsewhere (tests; host/cgroup)
 
 SETTING_PREFIX = "ADLOADER_"  # + a daemon setting's name, e.g. ADLOADER_PORT

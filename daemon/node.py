@@ -181,10 +181,21 @@ class Node(NodeServiceMixin):
         if check_store:
             self._guarded("store check", self._check_store)
             self._guarded("cpu", self._measure_cpu)
+            if not self.config.capacity:  # automatic: follow the cgroup (in-place pod resize)
+                self._guarded("capacity", self._follow_capacity)
         if self.dirty:
             self._resync()
         if self.orphans:
             self._guarded("orphans", self._watch_orphans)
+
+    def _follow_capacity(self) -> None:
+        """The node's capacity from its cgroup, re-read: a change re-plans every job."""
+        now = _cores()
+        if now != self.capacity:
+            log.info("capacity %d -> %d workers (cgroup)", self.capacity, now)
+            self._record_event(None, "capacity", {"workers": now, "was": self.capacity})
+            self.capacity = now
+            self._apply(self.scheduler.set_capacity(now))
 
     def _measure_cpu(self) -> None:
         """Each launched job's CPU since the last reading (every STORE_CHECK_S)."""
@@ -370,9 +381,11 @@ CPU_GROUP_NOTE = ("started in another session while the kernel's autogroup is on
 
 
 def _cores() -> int:
+    """The cores this process may use, cut to its cgroup's CPU quota or cpuset."""
+    from adloader.host.cgroup import capacity
     from adloader.host.cores import node_cores
 
-    return node_cores()
+    return capacity(node_cores())
 
 
 def _cuda_devices() -> int:

@@ -81,6 +81,13 @@ class Scheduler(EndingsMixin):
         self.model = model
         self.table = model.loading_table(self.capacity) if table is None else table
 
+    def set_capacity(self, capacity: int) -> Actions:
+        """The node's workers changed (its cgroup was resized): plan every job again now."""
+        self.capacity = max(1, int(capacity))
+        self.set_model(self.model)
+        self._open(0.0)
+        return Actions()
+
     # -- inputs ------------------------------------------------------------------------
     def add(self, job: LiveJob) -> Actions:
         """A submitted job enters the arrival buffer (or a recovered one its old state)."""
@@ -318,6 +325,8 @@ class Scheduler(EndingsMixin):
         """c_i from the job's own steps, one update per ``CORRECT_EVERY_S``; a re-plan at
         once when it moved since the job's last plan (``adloader.correction``)."""
         now = self.clock()
+        if job.corrected_at == 0.0:  # its first GPU-bound beat: skip the warm-up
+            job.corrected_at = now + correction.WARMUP_S - CORRECT_EVERY_S
         if job.ceiling <= 0 or now - job.corrected_at < CORRECT_EVERY_S:
             return Actions()
         predicted = job.ceiling * job.rate_scale / job.planned_scale  # with today's c_i

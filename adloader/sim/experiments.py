@@ -136,15 +136,16 @@ def correction_runs(trace: Trace, profile: DeviceProfile, model: ThroughputModel
                     job: str, factor: float = 2.0, policy: str = "fair",
                     base: SimConfig | None = None) -> list[dict]:
     """``job`` runs ``factor`` × slower than any prediction says: the schedule without the
-    online correction, with it (a step sample every 2 s, as the daemon), and with the truth
-    known at once (a sample every 10 ms: the bound); when the correction first re-planned."""
+    online correction, with it (warm-up skipped, then a step sample every 2 s, as the daemon),
+    and with the truth known at once (a sample every 10 ms: the bound); when the correction
+    first re-planned."""
     base = base or SimConfig()
-    cases = (("no correction", False, 2.0), ("online correction", True, 2.0),
-             ("truth known (bound)", True, 0.01))
+    cases = (("no correction", False, 2.0, 10.0), ("online correction", True, 2.0, 10.0),
+             ("truth known (bound)", True, 0.01, 0.0))
     out = []
-    for label, correct, every in cases:
+    for label, correct, every, warmup in cases:
         cfg = SimConfig(**{**base.__dict__, "policy": policy, "realloc": True,
-                           "correct": correct, "observe_s": every,
+                           "correct": correct, "observe_s": every, "warmup_s": warmup,
                            "slow": ((job, factor),)})
         run = simulate(trace, profile, model, cfg).to_json()
         slow = next(j for j in run["jobs"] if j["name"] == job)

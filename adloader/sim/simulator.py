@@ -70,7 +70,8 @@ class SimConfig:
     prediction_error: float = 0.0  # ε: predicted B·F_μ off by up to ±ε per job (truth intact)
     error_seed: int = 0
     correct: bool = True  # correct each job's B·F_μ online from its steps (adloader.correction)
-    observe_s: float = 2.0  # one step sample a job this often (the daemon's SAMPLE_INTERVAL_S)
+    observe_s: float = 2.0  # one step sample a job this often (the daemon's CORRECT_EVERY_S)
+    warmup_s: float = 10.0  # its first sample this long after its start (correction.WARMUP_S)
     slow: tuple[tuple[str, float], ...] = ()  # (job, k): its true steps k × the profile's
 
 
@@ -209,8 +210,8 @@ class Simulator:
             job.state, job.start_s = "running", self.t
             job.workers = job.workers_initial = decision.workers[name]
             job.gpu_ids = decision.gpu_ids[name]
-            if self.cfg.correct:
-                job.observe_at = self.t + self.cfg.observe_s
+            if self.cfg.correct:  # the daemon skips a job's warm-up steps
+                job.observe_at = self.t + max(self.cfg.observe_s, self.cfg.warmup_s)
         for job in running + [by_name[n] for n in decision.launched]:
             job.planned_scale = job.scale
         if not decision.launched and not decision.resized and not running:
