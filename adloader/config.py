@@ -35,6 +35,7 @@ class DaemonConfig:
     token_file: str = ""  # bearer token file ("" = STATE_DIR/token)
     metrics_token_file: str = ""  # read-only token for GET /metrics ("" = STATE_DIR/metrics.token)
     metrics_on_loopback: bool = False  # serve /metrics without a token to 127.0.0.1 / ::1
+    node_cache_mb: int = 0  # node cache shared by the jobs that read one dataset (0 = none)
 
     @property
     def state_path(self) -> Path:
@@ -102,6 +103,8 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
     from adloader.allocation import get_policy
 
     get_policy(cfg.policy)  # an unknown name stops here, not in the scheduling loop
+    if cfg.node_cache_mb < 0:
+        raise InputError(f"setting 'node_cache_mb' must be 0 or more, got {cfg.node_cache_mb}")
     if cfg.jobs_per_gpu < 1:
         raise InputError(f"setting 'jobs_per_gpu' must be at least 1, got {cfg.jobs_per_gpu}")
     for key in ("arrival_window_s", "completion_window_s", "heartbeat_s", "cancel_grace_s"):

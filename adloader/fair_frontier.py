@@ -140,3 +140,21 @@ def schedule_bounds(samples: Sequence[float], best_rate: Callable[[frozenset[int
             best_sum, best_order = total, order
     return {"makespan_lb": makespan, "node_rate_max": r_star, "sum_ub": best_sum,
             "order": best_order, "feasible": best_order is not None}
+
+
+def arrival_bound(arrivals: Sequence[float], samples: Sequence[float],
+                  own_best: Sequence[float], node_rate_max: float) -> dict:
+    """A makespan no schedule beats when jobs arrive over time (allocations free to change):
+    the samples of the jobs arriving at or after a are read after a, at ≤ R* a second, and
+    job i ends no sooner than a_i + S_i / r_i*, so
+    makespan ≥ max(max_a (a + Σ_{a_i ≥ a} S_i / R*), max_i (a_i + S_i / r_i*)).
+    ``binding``: the job (index) or arrival time the bound comes from."""
+    if not len(arrivals) == len(samples) == len(own_best) or node_rate_max <= 0:
+        raise InputError("arrival_bound: one arrival, sample count and best rate a job; R* > 0")
+    work = [(a + sum(s for a2, s in zip(arrivals, samples, strict=True) if a2 >= a)
+             / node_rate_max, ("arrival", a)) for a in sorted(set(arrivals))]
+    own = [(a + s / r, ("job", i)) for i, (a, s, r) in
+           enumerate(zip(arrivals, samples, own_best, strict=True))]
+    (bound, binding) = max(work + own, key=lambda x: x[0])
+    return {"makespan_lb": bound, "binding": binding,
+            "work_lb": max(w for w, _ in work), "own_lb": max(o for o, _ in own)}

@@ -31,3 +31,6 @@ MAX_ARG = 16 * 1024  # characters in one argument, environment value or path
 MAX_ENV = 256  # environment variables of a job
 MAX_SPEC_BYTES = 256 * 1024  # a whole job spec as JSON
 MAX_BODY_BYTES = 1024 * 1024  # any REST request body
+MAX_SAMPLES = 10**10  # N: samples in a dataset
+MAX_SAMPLE_BYTES = 1 << 30  # one sample's raw bytes
+MAX_SEED = 2**63 - 1

@@ -50,6 +50,20 @@ class JobFeatures(_Msg):
     iterations: int | None = Field(default=None, gt=0, le=limits.MAX_ITERATIONS)
 
 
+class DataSpec(_Msg):
+    """What the node cache needs of a job's data (issue 14): the dataset it reads (jobs
+    naming the same ``dataset`` of the same ``size`` share one node cache), its mean sample
+    size, and its access stream: the loader's ``seed``, ``epochs`` and global ``batch``."""
+
+    dataset: str = Field(min_length=1, max_length=limits.MAX_NAME,
+                         pattern=limits.JOB_ID_PATTERN)
+    size: int = Field(gt=0, le=limits.MAX_SAMPLES)
+    sample_bytes: int = Field(gt=0, le=limits.MAX_SAMPLE_BYTES)
+    seed: int = Field(default=0, ge=0, le=limits.MAX_SEED)
+    epochs: int = Field(default=1, gt=0, le=limits.MAX_EPOCHS)
+    batch: int = Field(gt=0, le=limits.MAX_BATCH)
+
+
 # -- job (application master, or the `adloader run` supervisor) -> daemon -----------
 class Register(_Msg):
     type: Literal["register"] = "register"
@@ -63,6 +77,7 @@ class Register(_Msg):
     world_size: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
     supervisor: Literal["launcher", "run"] | None = None  # who will report its exit status
     name: str | None = Field(default=None, max_length=limits.MAX_NAME)  # what to call it
+    data: DataSpec | None = None  # asks for the node cache of its dataset
 
 
 class Heartbeat(_Msg):
@@ -110,12 +125,15 @@ class Exit(_Msg):
 
 # -- daemon -> job --------------------------------------------------------------------
 class Allocation(_Msg):
-    """The answer to Register: the workers to run with (0 = load in the main process)."""
+    """The answer to Register: the workers to run with (0 = load in the main process), and
+    the node cache segment of its dataset when it asked for one and the node has one."""
 
     type: Literal["allocation"] = "allocation"
     seq: Count
     workers: Workers
     heartbeat_s: float = Field(default=1.0, gt=0, le=3600, allow_inf_nan=False)
+    cache: str | None = Field(default=None, max_length=limits.MAX_NAME,
+                              pattern=r"^[A-Za-z0-9_.-]+$")
 
 
 class Resize(_Msg):

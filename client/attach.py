@@ -20,6 +20,7 @@ from adloader import env as names
 from adloader.errors import InputError
 from adloader.protocol import JobFeatures
 
+from . import exit_watchdog
 from .master import JobMaster, _rank_world, _stderr
 
 
@@ -47,6 +48,7 @@ def _watch_exit(master: JobMaster) -> None:
         def hook(kind, value, tb):
             for watched in _WATCHED:
                 watched.note_exception(kind, value)
+            exit_watchdog.arm(kind)  # whatever blocks the interpreter's end, the job ends
             previous(kind, value, tb)
 
         sys.excepthook = hook
@@ -104,7 +106,8 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
            checkpoint_dir: str | os.PathLike | None = None,
            state: Callable[[], dict] | None = None, log: Callable[[str], None] = _stderr,
            connect_timeout_s: float = 2.0,
-           miss_load: Callable[[], float] | None = None) -> JobMaster:
+           miss_load: Callable[[], float] | None = None,
+           share_cache: str | None = None, epochs: int | None = None) -> JobMaster:
     """Put ``loader`` under the node daemon; returns the job's master (already started).
 
     endpoint/job/token default to ADLOADER_ENDPOINT/ADLOADER_JOB/ADLOADER_JOB_TOKEN (set by
@@ -117,6 +120,9 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
     world size. ``state()`` returns the state dicts to checkpoint on Pause. In a multi-rank
     job the daemon's workers are the job's; each rank runs its share, in proportion to
     ``miss_load()`` (its predicted cache misses; default: its data wait per batch).
+    ``share_cache``: a name for the dataset (a ``CachedDataset`` under a seeded loader);
+    jobs on the node naming the same dataset read through one node cache, sized by the
+    daemon (``--node-cache-mb``); ``epochs`` (or ``iterations``) says how far it reads.
     """
     endpoint = endpoint or os.environ.get(names.ENDPOINT) or None
     job = job or os.environ.get(names.JOB) or f"{socket.gethostname()}-{os.getpid()}-" \
@@ -137,12 +143,21 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
         raise InputError(f"attach: job {job!r}: give model= (your torch model, or a zoo name "
                          "such as 'Resnet18') or features=JobFeatures(...) so the daemon can "
                          "predict its throughput")
+    data = on_cache = None
+    if share_cache and endpoint and rank == 0:
+        from .node_cache import data_spec, grant_handler
+
+        data = data_spec(loader, share_cache, epochs, iterations)
+        on_cache = grant_handler(loader, data.epochs, log)
     master = JobMaster(loader, job=job, token=token, endpoint=endpoint, features=feats,
                        workers=workers, requested=built if requested is None else requested,
                        checkpoint_dir=checkpoint_dir, state=state, log=log,
                        connect_timeout_s=connect_timeout_s, miss_load=miss_load,
-                       supervisor=os.environ.get(names.SUPERVISOR) or None)
+                       supervisor=os.environ.get(names.SUPERVISOR) or None,
+                       data=data, on_cache=on_cache)
     _watch_exit(master)
+    if data is not None and world_size == 1 and master.wait_connected(connect_timeout_s):
+        master.apply_pending()  # the Allocation now, so the first workers see the cache
     if loader is not None:
         previous = getattr(loader, "on_batch", None)
         if previous is None:

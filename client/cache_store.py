@@ -194,14 +194,14 @@ class SharedSampleCache:
             need = ar.blocks_for(len(data))
             demoted = []  # (sample, bytes, key) that RAM gave up, for the disk tier
             if need <= ar.blocks:
-                while ar.free_blocks < need:
+                while ar.room < need:
                     v = ar.victim()
                     if v < 0 or ar.key[v] <= admit_key:
                         break
                     if self.disk is not None:
                         demoted.append((v, ar.read(v), int(ar.key[v])))
                     ar.drop(v)
-                if ar.free_blocks >= need and key != NEVER:
+                if ar.room >= need and key != NEVER:
                     ar.store(i, data, key)
                     data = None
             if self.disk is None:
@@ -259,14 +259,17 @@ class SharedSampleCache:
     def stats(self) -> list[dict]:
         """Per epoch (with accesses): where the reads were served from, and the hit ratio."""
         rows = []
-        counts = self.arena.counters[:-1].reshape(self.epochs_counted, len(SOURCES)).copy()
-        for e, row in enumerate(counts.tolist()):
+        for e, row in enumerate(self._where().tolist()):
             total = sum(row)
             if total:
                 d = dict(zip(SOURCES, row, strict=True))
                 rows.append({"epoch": e, **d, "accesses": total,
                              "hit_ratio": (d["ram"] + d["disk"]) / total})
         return rows
+
+    def _where(self) -> np.ndarray:
+        """Accesses per (epoch, source)."""
+        return self.arena.counters[:-1].reshape(self.epochs_counted, len(SOURCES)).copy()
 
     def usage(self) -> dict:
         ar = self.arena

@@ -199,7 +199,9 @@ class ThreadedDataset(Dataset):
     """Reads the samples of one batch with ``threads`` threads (Locality-aware loading §III-B).
 
     torch's fetcher calls ``__getitems__`` with a batch's indices; each worker process maps
-    ``dataset[i]`` over them with its own ``ThreadPoolExecutor`` (created lazily, after fork).
+    ``dataset[i]`` over them with its own ``ThreadPoolExecutor`` (created lazily, after fork),
+    or, when the dataset reads batches itself (its own ``__getitems__``: a cache's batched
+    policy, chunk runs), hands each thread a contiguous part of the batch, order kept.
     """
 
     def __init__(self, dataset: Dataset, threads: int) -> None:
@@ -218,7 +220,12 @@ class ThreadedDataset(Dataset):
         if self._pool is None or self._pid != os.getpid():
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="adloader-fetch")
             self._pid = os.getpid()
-        return list(self._pool.map(self.dataset.__getitem__, indices))
+        batched = getattr(self.dataset, "__getitems__", None)
+        if batched is None or not indices:
+            return list(self._pool.map(self.dataset.__getitem__, indices))
+        step = -(-len(indices) // max(self.threads, 1))  # the dataset's own batched read
+        parts = [list(indices[k:k + step]) for k in range(0, len(indices), step)]
+        return [x for part in self._pool.map(batched, parts) for x in part]
 
     def __getstate__(self) -> dict:
         return {"dataset": self.dataset, "threads": self.threads, "_pool": None, "_pid": -1}

@@ -230,6 +230,7 @@ class ElasticDataLoader(Generic[T_co]):
                 "batch_size": self.batch_size, "world_size": self.world_size,
                 "rank": self.rank, "shuffle": self.shuffle, "drop_last": self.drop_last,
                 "num_workers": self._target,
+                "epoch_order": None if self.epoch_order is None else list(self.epoch_order),
             }
 
     def _order_state(self, it) -> dict | None:
@@ -244,8 +245,8 @@ class ElasticDataLoader(Generic[T_co]):
         if missing:
             raise InputError(f"loader state: missing field {missing[0]!r}")
         mine = self.state_dict()
-        for key in STATE_FIELDS:
-            if state[key] != mine[key]:
+        for key in (*STATE_FIELDS, "epoch_order"):  # epoch_order: absent in old states
+            if state.get(key, mine[key]) != mine[key]:
                 raise InputError(
                     f"loader state: {key} is {state[key]!r}, this loader has {mine[key]!r}"
                 )

@@ -33,6 +33,7 @@ from adloader.host.cpu_group import cpu_group
 from adloader.protocol import (
     SUPERVISORS,
     Allocation,
+    DataSpec,
     Finish,
     Heartbeat,
     JobFeatures,
@@ -112,9 +113,12 @@ class JobMaster:
         connect_timeout_s: float = 2.0,
         miss_load: Callable[[], float] | None = None,
         supervisor: str | None = None,
+        data: DataSpec | None = None,
+        on_cache: Callable[[str], None] | None = None,
     ):
         self.loader = loader
         self._miss_load = miss_load
+        self._on_cache = on_cache  # the node cache segment the daemon granted (share_cache)
         self.job = job
         self.endpoint = endpoint
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
@@ -143,7 +147,7 @@ class JobMaster:
                                 workers=min(workers, 1024), requested=requested,
                                 world_size=self.world_size,
                                 supervisor=supervisor if supervisor in SUPERVISORS else None,
-                                name=_job_name(features))
+                                name=_job_name(features), data=data)
             self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
                                    connect_timeout_s=connect_timeout_s,
                                    on_silent=self._silent, on_refused=self._refused)
@@ -261,6 +265,11 @@ class JobMaster:
         for command in self._exchange(self._take()):
             self._apply(command)
 
+    def apply_pending(self) -> None:
+        """Apply what the daemon sent so far, now (single rank: no batch boundary needed)."""
+        for command in self._take():
+            self._apply(command)
+
     def _take(self, timeout_s: float | None = None) -> list:
         out = []
         try:
@@ -291,6 +300,8 @@ class JobMaster:
         if isinstance(command, Pause):
             self._pause(command)
             return
+        if isinstance(command, Allocation) and command.cache and self._on_cache is not None:
+            self._on_cache(command.cache)  # before the workers (re)start: they inherit it
         if isinstance(command, Allocation | Resize | Resume):
             self._target = command.workers
             if not self._paused or isinstance(command, Resume):

@@ -71,7 +71,7 @@ class StagingBuffer:
             need = ar.blocks_for(len(data))
             if need > ar.blocks:
                 return False
-            while ar.free_blocks < need:
+            while ar.room < need:
                 v = ar.victim()
                 if v < 0 or ar.key[v] <= pos:
                     return False

@@ -33,7 +33,7 @@ EMPTY = np.iinfo(np.int64).min  # key of an absent sample
 HEADER = 16
 MAGIC_VALUE = 0x41444C43  # "ADLC"
 (MAGIC, DIRTY, TICK, BLOCKS, FREE_TOP, USED, BLOCK_BYTES, SIZE, STORED, NFIELDS,
- NCOUNTERS) = range(11)  # header slots
+ NCOUNTERS, LIMIT) = range(12)  # header slots; LIMIT: blocks that may hold data (0: all)
 ALIGN = 64
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 SHM_DIR = "/dev/shm"
@@ -52,6 +52,8 @@ def _layout(size: int, blocks: int, block_bytes: int, fields: int, counters: int
                          ("free", 4 * blocks), ("data", blocks * block_bytes)):
         out[name] = at
         at = _up(at + nbytes)
+        if name == "free":  # data starts on a page: a freed block's pages can be given back
+            at = -(-at // PAGE) * PAGE
     out["total"] = at
     return out
 
@@ -66,7 +68,7 @@ def budget_for(size: int, data_bytes: int, block_bytes: int, fields: int = 0,
 
 def _blocks_in(budget: int, size: int, block_bytes: int, fields: int, counters: int) -> int:
     fixed = _layout(size, 0, block_bytes, fields, counters)["total"]
-    blocks = max(0, (budget - fixed) // (block_bytes + 8))
+    blocks = max(0, (budget - fixed) // (block_bytes + 8) + PAGE // block_bytes + 2)
     while blocks and _layout(size, blocks, block_bytes, fields, counters)["total"] > budget:
         blocks -= 1
     return blocks
@@ -150,6 +152,7 @@ class SampleArena:
         self.free = view("free", np.int32, blocks)
         self.data = np.ndarray((blocks, block_bytes), dtype=np.uint8, buffer=buf,
                                offset=lay["data"])
+        self._data_at = lay["data"]
 
     def _attach(self, name: str) -> None:
         try:
@@ -238,6 +241,51 @@ class SampleArena:
         return int(self.header[FREE_TOP])
 
     @property
+    def room(self) -> int:
+        """Blocks a new sample may take now: the free ones, within the limit if one is set."""
+        top, limit = int(self.header[FREE_TOP]), int(self.header[LIMIT])
+        if limit <= 0:
+            return top
+        return max(0, min(top, limit - (self.blocks - top)))
+
+    def set_limit(self, blocks: int) -> int:
+        """Let at most ``blocks`` blocks hold data (0: all): the samples with the largest
+        keys leave until the rest fit, and the pages of the blocks they held go back to the
+        OS (a tmpfs hole), so the segment's resident size follows the limit. Returns how
+        many samples left."""
+        blocks = max(0, min(int(blocks), self.blocks))
+        self.header[LIMIT] = blocks if blocks < self.blocks else 0
+        left, freed = 0, []
+        while self.header[LIMIT] and self.blocks - int(self.header[FREE_TOP]) > blocks:
+            v = self.victim()
+            if v < 0:
+                break
+            freed += self._chain(v)
+            self.drop(v)
+            left += 1
+        self._give_back(freed)
+        return left
+
+    def _give_back(self, blocks: list[int]) -> None:
+        mm = getattr(self.shm, "_mmap", None)
+        step = self.block_bytes
+        if not blocks or mm is None or step % PAGE or not hasattr(mm, "madvise"):
+            return
+        import mmap
+
+        if not hasattr(mmap, "MADV_REMOVE"):
+            return
+        base = self._data_at
+        for b in sorted(blocks):
+            with contextlib.suppress(OSError, ValueError):
+                mm.madvise(mmap.MADV_REMOVE, base + b * step, step)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the blocks that hold data (whole blocks: what the limit counts)."""
+        return (self.blocks - int(self.header[FREE_TOP])) * self.block_bytes
+
+    @property
     def used_bytes(self) -> int:
         return int(self.header[USED])
 
@@ -270,7 +318,7 @@ class SampleArena:
         n = len(data)
         k = self.blocks_for(n)
         top = int(self.header[FREE_TOP])
-        if k > top:
+        if k > self.room:
             return False
         self.header[DIRTY] = 1
         ids = self.free[top - k : top].copy()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass, field
 
-from adloader.protocol import Finish
+from adloader.protocol import DataSpec, Finish
 from adloader.samples import LoadingSample, TrainingSample
 
 ACTIVE = ("running", "paused")
@@ -56,6 +56,7 @@ class LiveJob:
     planned_scale: float = 1.0  # c_i in the last plan
     ceiling: float = 0.0  # the last plan's c_i·B·F_μ × GPU share, samples/s
     corrected_at: float = 0.0  # when c_i was last updated
+    data: DataSpec | None = None  # what it reads, when it asked for the node cache
 
     @property
     def remaining_samples(self) -> float:

@@ -32,6 +32,7 @@ from .broker import Broker
 from .launcher import ExitStatus, Launcher, LaunchError, group_alive
 from .metrics import MetricsCache
 from .model_features import FeatureCounter
+from .node_cache import NodeCacheHost
 from .online_model import OnlineModel, prior_model
 from .scheduler import ACTIVE, TERMINAL, Actions, LiveJob, Scheduler
 from .service_impl import NodeServiceMixin
@@ -82,6 +83,8 @@ class Node(NodeServiceMixin):
         self._thread: threading.Thread | None = None
         self.online = OnlineModel(prior, self.store, self.scheduler, self.lock,
                                   self._record_event)
+        self.node_cache = (NodeCacheHost(config.node_cache_mb << 20, self._record_event,
+                                         self.lock) if config.node_cache_mb else None)
         self._recover()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -141,6 +144,8 @@ class Node(NodeServiceMixin):
         with self.lock:
             self._resync()
             self.store.close()
+            if self.node_cache is not None:
+                self.node_cache.close()
 
     def _loop(self) -> None:
         next_check = next_tick = 0.0
@@ -260,6 +265,8 @@ class Node(NodeServiceMixin):
         return self.scheduler.exited(job_id, status.exit_code, status.signal, tail)
 
     def _apply(self, actions: Actions) -> None:
+        if self.node_cache is not None:
+            self.node_cache.route(actions, self.scheduler.jobs)
         for job in actions.launch:
             self._guarded("launch", self._launch, job)
         for job in actions.changed:
@@ -389,16 +396,6 @@ def _cores() -> int:
 
 
 def _cuda_devices() -> int:
-    """CUDA devices, counted without importing torch (the daemon never does)."""
-    import shutil
-    import subprocess
+    from adloader.host.cores import cuda_devices
 
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True,
-                             timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
-
+    return cuda_devices()

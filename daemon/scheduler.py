@@ -285,7 +285,7 @@ class Scheduler(EndingsMixin):
                       workers=min(max(msg.workers, 1), max(free, 1)),
                       gpu_ids=tuple(range(min(feats.gpus, self.gpus))), last_seen=now,
                       submitted=now, registered=True, supervisor=msg.supervisor,
-                      peer=identity, name=msg.name or "")
+                      peer=identity, name=msg.name or "", data=msg.data)
         self.jobs[job.id] = job
         self._open(self.arrival_window_s)
         job.seq += 1
@@ -309,7 +309,7 @@ class Scheduler(EndingsMixin):
 
     def _registered(self, job: LiveJob, msg: Register) -> Actions:
         """A launched job's master says hello: confirm its workers."""
-        job.registered = True
+        job.registered, job.data = True, msg.data
         if job.state in WAITING:  # registered before it was planned: run what it has
             job.state, job.workers = "running", min(max(msg.workers, 1), self.capacity)
         job.seq += 1

@@ -223,6 +223,8 @@ SETTINGS = {
     "--profile": ("profile", str, "device profile for the prior TPM (default paper)"),
     "--socket-group": ("socket_group", str, "group whose members' jobs may connect"),
     "--cancel-grace": ("cancel_grace_s", float, "seconds a cancelled job has to stop"),
+    "--node-cache-mb": ("node_cache_mb", int, "MiB of node cache shared by the jobs that read "
+                        "one dataset, split among datasets by predicted hits (0 = none)"),
 }
 FLAGS = {"--config": "config", **{flag: dest for flag, (dest, *_) in SETTINGS.items()}}
 

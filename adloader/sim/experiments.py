@@ -187,6 +187,26 @@ def dynamic(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     return runs
 
 
+def dynamic_bound(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                  base: SimConfig | None = None) -> dict:
+    """``fair_frontier.arrival_bound`` on the simulator's ground truth: R* = the most the
+    node loads, max_D L(D) over its capacity, and each job's best rate its GPUs' B / step
+    (its training rate F_μ alone on them; loading never makes it faster)."""
+    from adloader.fair_frontier import arrival_bound
+    from adloader.sim.simulator import Simulator
+
+    sim = Simulator(trace, profile, model, base or SimConfig())
+    r_star = max(profile.node_loading_rate(d) for d in range(sim.capacity + 1))
+    jobs = sim.jobs
+    out = arrival_bound([j.spec.arrival_s for j in jobs],
+                        [j.spec.iterations * j.spec.batch_size for j in jobs],
+                        [min(j.spec.batch_size / j.step_s, r_star) for j in jobs], r_star)
+    kind, what = out["binding"]
+    out["binding"] = jobs[what].name if kind == "job" else f"arrivals from {what:g} s"
+    out["node_rate_max"] = r_star
+    return out
+
+
 def _loading_table(capacity: int) -> np.ndarray:
     """λ(d; D) = d/D·L(D), L piecewise linear: knee at 0.3 C, saturation at 0.7 C."""
     node = np.arange(capacity + 1)

@@ -351,3 +351,35 @@ def test_lookahead_learns_startup_and_the_window_cut_respects_it():
     assert [next(it), next(it)] == [2, 3]
     assert window.cut(3) == 7 and list(it) == [4, 5, 6]
     assert window.cut(99) == 7  # a cut never extends a window
+
+
+class BatchReads(Numbers):
+    """A dataset that reads a batch itself (as a cache's batched policy or chunk runs do)."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.calls = []
+
+    def __getitems__(self, idx):
+        self.calls.append(tuple(idx))
+        return [self[i] for i in idx]
+
+
+def test_threads_hand_the_datasets_own_batched_read_contiguous_parts():
+    ds = BatchReads(40)
+    ours = loader(ds, batch_size=10, shuffle=True, seed=3, threads=3, num_workers=0)
+    assert same(ours, loader(Numbers(40), batch_size=10, shuffle=True, seed=3, num_workers=0))
+    parts = [tuple(b[k:k + 4]) for b in ours.plan(0) for k in (0, 4, 8)]  # ⌈10 / 3⌉ a thread
+    assert sorted(ds.calls) == sorted(parts)
+
+
+def test_a_state_taken_under_one_epoch_order_does_not_resume_under_another():
+    a = loader(Numbers(40), batch_size=10, shuffle=True, seed=1, epoch_order=[1, 0, 2])
+    state = a.state_dict()
+    assert state["epoch_order"] == [1, 0, 2]
+    b = loader(Numbers(40), batch_size=10, shuffle=True, seed=1, epoch_order=[0, 1, 2])
+    with pytest.raises(InputError, match="epoch_order"):
+        b.load_state_dict(state)
+    old = {k: v for k, v in state.items() if k != "epoch_order"}  # a state from before
+    loader(Numbers(40), batch_size=10, shuffle=True, seed=1, epoch_order=[1, 0, 2]
+           ).load_state_dict(old)

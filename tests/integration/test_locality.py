@@ -225,7 +225,8 @@ def _one_sided(rank, world_size, behaviour, on_failure, event):
         event.set()
         return {"error": str(exc), "seconds": time.monotonic() - t0}
     event.set()
-    return {"got": got, "seconds": time.monotonic() - t0, "stats": batches.stats[0]}
+    return {"got": got, "seconds": time.monotonic() - t0, "stats": batches.stats[0],
+            "abandoned": len(batches._abandoned)}  # exchanges given up waiting on
 
 
 @pytest.mark.parametrize("behaviour", ["dies", "stalls"])
@@ -242,7 +243,7 @@ def test_a_failed_peer_falls_back_to_storage(behaviour):
     stats = result["stats"]
     assert stats.lost_peers == {1}
     assert stats.fallbacks == stats.samples == SIZE // 2 and stats.received == 0
-    assert result["seconds"] < 4.0  # one timeout (1 s) at most, then no more waiting
+    assert result["abandoned"] <= 1  # one wait given up at most, then no more waiting
 
 
 def test_a_dead_peer_raises_a_clear_error():

@@ -149,13 +149,21 @@ def test_cancel_reaches_a_run_job_and_run_exits_with_its_status(daemon, tmp_path
     assert _ended(daemon, job, 30)["state"] == "cancelled"
 
 
-# Open bug: in the full suite on a fresh clone (CI order) a job attached by hand and sent
-# SIGINT a fraction of a second after it starts hung twice; alone, in its file and in every
-# subset tried it passes, and SIGINT's disposition in the test process is the default.
-SIGINT_IN_CI = pytest.mark.xfail(strict=False, reason="hangs in the full CI order only; open")
+def _no_hang(output: str, what: str) -> None:
+    """A job that hung after its Ctrl-C or error was ended by its exit watchdog
+    (client/exit_watchdog.py): the status is still right, so only warn, with the stacks.
+    (It hung twice in the full CI order at stop 16 and never alone; this is how to see
+    where, should it come back.)"""
+    from adloader.client.exit_watchdog import MARK
+
+    if MARK in output:
+        import warnings
+
+        warnings.warn(f"{what}: the exit watchdog ended it:\n"
+                      f"{output[output.index(MARK):][:6000]}", stacklevel=2)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=SIGINT_IN_CI)])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_run_reaches_the_job_and_nothing_is_orphaned(daemon, tmp_path, sig):
     proc = _run(daemon, attached_script(tmp_path, "loop.py", "print(os.getpid(), flush=True)"
                                         " if i == 1 else None"))
@@ -164,6 +172,7 @@ def test_a_signal_to_run_reaches_the_job_and_nothing_is_orphaned(daemon, tmp_pat
                          30, "the job's pid")[0])
     proc.send_signal(sig)
     assert proc.wait(30) == -sig  # run dies of what its job died of
+    _no_hang(proc.stdout.read().decode(errors="replace"), f"a run job sent {sig!r}")
     wait_for(lambda: not psutil.pid_exists(child) or psutil.Process(child).status() ==
              psutil.STATUS_ZOMBIE, 10, "the job's process to end")
     view = _ended(daemon, job, 30)
@@ -172,16 +181,18 @@ def test_a_signal_to_run_reaches_the_job_and_nothing_is_orphaned(daemon, tmp_pat
 
 @pytest.mark.parametrize(("body", "code", "reason"), [
     ("if i == 5: raise ValueError('by hand')", 1, "exit code 1"),
-    pytest.param("if i == 5: os.kill(os.getpid(), 2)", -signal.SIGINT, "killed by SIGINT",
-                 marks=SIGINT_IN_CI),
+    ("if i == 5: os.kill(os.getpid(), 2)", -signal.SIGINT, "killed by SIGINT"),
     ("if i == 5: break", 0, "exit code 0"),
 ])
 def test_a_job_attached_by_hand_reports_how_it_ended(daemon, tmp_path, body, code, reason):
     env = dict(os.environ, ADLOADER_ENDPOINT=daemon.endpoint)
     env.pop("ADLOADER_SUPERVISOR", None)
-    proc = subprocess.Popen(attached_script(tmp_path, "hand.py", body), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    err = tmp_path / "hand.err"
+    with err.open("w") as sink:
+        proc = subprocess.Popen(attached_script(tmp_path, "hand.py", body), env=env,
+                                stdout=subprocess.DEVNULL, stderr=sink)
     proc.wait(60)
+    _no_hang(err.read_text(), f"a job attached by hand ({body})")
     job = _ended(daemon, _hand_job(daemon))
     assert (job["exit_code"], job["reason"]) == (code, reason)
     assert job["state"] == ("finished" if code == 0 else "failed")

@@ -242,3 +242,26 @@ def test_schedule_bounds_hold_for_every_two_phase_schedule():
     assert best_sum <= out["sum_ub"] + 1e-9
     tight = schedule_bounds(samples, rate.__getitem__, own, floor_jct=[5.0, 5.0])
     assert not tight["feasible"]  # 60 samples at ≤ 10/s cannot both end by 5 s
+
+
+def test_the_arrival_bound_by_hand_and_against_every_simulated_policy():
+    from adloader.fair_frontier import arrival_bound
+
+    # two jobs at 0 (100 samples each), one at 10 (50): the node reads ≤ 10/s, each job ≤ 8/s
+    b = arrival_bound([0, 0, 10], [100, 100, 50], [8, 8, 8], 10)
+    assert b["makespan_lb"] == pytest.approx(25.0) and b["binding"] == ("arrival", 0)
+    b = arrival_bound([0, 90], [100, 40], [8, 2], 10)  # the late, slow one binds: 90 + 20
+    assert b["makespan_lb"] == pytest.approx(110.0) and b["binding"] == ("job", 1)
+    with pytest.raises(InputError):
+        arrival_bound([0], [1, 2], [1], 1)
+
+    from adloader.sim import experiments, synth
+    from adloader.sim.device_profile import load_profile
+    from adloader.sim.trace import load_trace
+
+    profile = load_profile("paper")
+    model = synth.fitted_model(profile, 0)
+    trace = load_trace("paper-dynamic", profile.gpus)
+    lb = experiments.dynamic_bound(trace, profile, model)
+    for run in experiments.dynamic(trace, profile, model):
+        assert max(j["end_s"] for j in run["jobs"]) >= lb["makespan_lb"] - 1e-6, run["policy"]
