@@ -17,6 +17,7 @@ from .bench_data import (  # the data-path benches
     bench_epoch_order,
     bench_loaders,
     bench_locality,
+    bench_node_cache,
     bench_resize,
     bench_shared_cache,
     bench_storage,
@@ -299,6 +300,8 @@ BENCHMARKS = {
     "chunks": (bench_chunks, "SOLAR's aggregated chunk loading on a cold HDF5 file"),
     "shared-cache": (bench_shared_cache, "jobs sharing one node cache, arbitrated, against "
                                          "multi-job MIN (simulated)"),
+    "node-cache": (bench_node_cache, "three real jobs, two on one dataset: no cache, private "
+                                     "caches, the daemon's shared node cache"),
     "locality": (bench_locality, "locality-aware batches, simulated and on gloo ranks"),
     "storage": (bench_storage, "epoch time over slow storage with the node's RAM cache"),
     "startup": (bench_startup, "the command line's start-up time"),
@@ -329,7 +332,8 @@ def register(sub) -> None:
     p.add_argument("--masters", default="200,1000",
                    help="api: simulated masters, a row per count (default 200,1000)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="live: rounds of every policy (default 4); loaders: rounds (default 5)")
+                   help="live: rounds of every policy (default 4); loaders: rounds (default 5); "
+                        "node-cache: rounds (default 2)")
     p.add_argument("--iterations-scale", dest="iterations_scale", type=float, default=None,
                    help="live: the trace's iterations × this (default 0.2)")
     p.add_argument("--crop", type=int, default=None,

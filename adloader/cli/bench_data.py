@@ -245,3 +245,40 @@ def bench_shared_cache(args) -> int:
     _output.save(args.json, result)
     return 0
 
+
+
+TENSORSOCKET_NA = ("n/a: tensorsocket 0.0.5 here (CPU only): two consumers registered with "
+                   "the producer (its heartbeat saw both) but received no batch in 20 s while "
+                   "the producer ran its epochs alone; its model (one loader's batches, the "
+                   "same order for every consumer) would apply to A and B only")
+
+
+def bench_node_cache(args) -> int:
+    """Three real jobs (two on one dataset) on one node: no cache, private caches, and the
+    daemon's shared node cache, over one simulated storage link (same run, medians)."""
+    from adloader.bench.node_cache import JOBS, run_node_cache_bench
+
+    console = _output.console()
+    with _phases(console, "bench node-cache") as tick:
+        result = run_node_cache_bench(quick=args.quick, rounds=args.rounds or 2, progress=tick)
+    cfg = result["config"]
+    names = [n for n, _, _ in JOBS]
+    rows = [[r["mode"], f"{r['storage_mb']:.1f}", f"{r['storage_x_none']:.3f}",
+             f"{r['storage_x_private']:.3f}", " / ".join(f"{r['reads'][n]:.0f}" for n in names),
+             " / ".join(f"{r['epoch_s'][n]:.2f}" for n in names), f"{r['makespan_s']:.1f}",
+             f"{r['makespan_x_none']:.3f}", f"{r['makespan_x_private']:.3f}"]
+            for r in result["rows"]]
+    console.print(_output.table(
+        f"three jobs, A and B on X ({cfg['sizes']['X']} samples), C on Y "
+        f"({cfg['sizes']['Y']}); {cfg['sample_bytes']} B samples over one "
+        f"{cfg['bandwidth_mb_s']:g} MB/s link; node cache {cfg['cache_bytes'] / 2**20:.2f} MiB; "
+        f"{cfg['epochs']} epochs; medians of {cfg['rounds']} rounds",
+        ["row", "storage MB", "× no cache", "× private", "reads A / B / C",
+         "epoch s A / B / C", "makespan s", "× no cache ", "× private "], rows))
+    console.print(f"  tensorsocket: {TENSORSOCKET_NA}")
+    if result["splits"]:
+        console.print("  the daemon's splits (shared row, first round): " + "; ".join(
+            " ".join(f"{k}={v / 2**20:.2f} MiB" for k, v in s["bytes"].items())
+            for s in result["splits"]))
+    _output.save(args.json, result)
+    return 0
