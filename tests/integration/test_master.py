@@ -480,3 +480,24 @@ def test_real_elastic_loader_resized_paused_and_resumed_loses_nothing(daemon, li
     assert seen == expected and loader.num_workers == 1 and master.applied_seq == 3
     master.finish()
     loader.close()
+
+
+def test_a_pod_whose_node_has_no_daemon_trains_as_a_plain_loader(tmp_path):
+    """deploy/training-job.yaml's contract, daemon absent: the socket folder is empty."""
+    import subprocess
+    import sys
+
+    body = ("from adloader.client import attach\n"
+            "from adloader.client.loader import ElasticDataLoader\n"
+            "loader = ElasticDataLoader(list(range(64)), batch_size=8)\n"
+            "job = attach(loader, model='Resnet18')\n"
+            "assert not job.wait_connected()  # the connect timeout passes: no daemon\n"
+            "print(sum(len(b) for b in loader), loader.num_workers, flush=True)\n")
+    env = dict(os.environ, ADLOADER_ENDPOINT=f"ipc://{tmp_path}/control.sock",
+               ADLOADER_JOB="resnet-sweep-x7k2p@node-a", ADLOADER_WORKERS="2")
+    env.pop("ADLOADER_SUPERVISOR", None)
+    proc = subprocess.run([sys.executable, "-c", body], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["64", "2"]  # every sample, with its own workers
+    assert proc.stderr.count("adloader: no daemon at") == 1
