@@ -233,6 +233,12 @@ def create_app(service: NodeService, token: str, metrics_token: str | None = Non
         """The policy, the node's loading capacity and each job's workers."""
         return call("allocations", service.allocations)
 
+    @v1.get("/node", tags=["node"])
+    def node() -> dict:
+        """What this node offers a cluster scheduler: free and idle loading workers, the
+        predicted gain of one more worker, what a new job could load now, cache room."""
+        return call("the node summary", service.node_summary)
+
     @v1.get("/events", response_model=list[dict], tags=["node"])
     def events(since: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
                limit: Annotated[int, Query(ge=1, le=5000)] = 500) -> Response:

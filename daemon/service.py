@@ -42,6 +42,10 @@ class NodeService(Protocol):
         """``{"policy": str, "capacity": int, "jobs": {job_id: workers}}``."""
         ...
 
+    def node_summary(self) -> dict:
+        """What the node offers a cluster scheduler (``adloader.node_summary``)."""
+        ...
+
     def events(self, since: int, limit: int) -> list[dict]:
         """Events with id > ``since``: ``{"id", "t", "job", "kind", "data"}``."""
         ...

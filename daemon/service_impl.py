@@ -101,6 +101,23 @@ class NodeServiceMixin:
             return {"policy": self.config.policy, "capacity": self.capacity, "gpus": self.gpus,
                     "jobs": jobs, "node_workers": sum(jobs.values())}
 
+    def node_summary(self) -> dict:
+        """Spare loading capacity and the gain of one more worker (adloader.node_summary),
+        and the node cache's room, for a cluster scheduler."""
+        from adloader.node_summary import summary
+        from adloader.planner import demands
+
+        with self.lock:
+            sched = self.scheduler
+            live = [j for j in sched.jobs.values() if j.state == "running" and j.gpu_ids]
+            views = sched._views(live)
+            wanted = demands(views, {j.id: j.gpu_ids for j in live}, sched.model, sched.table)
+            out = summary({w.name: w.training_rate for w in wanted},
+                          {j.id: j.workers for j in live}, sched.capacity, sched.table)
+            cache = self.node_cache.summary() if self.node_cache is not None else None
+        out["cache"] = cache
+        return out
+
     def events(self, since: int, limit: int) -> list[dict]:
         return self.store.events(since, limit)
 

@@ -218,3 +218,22 @@ def test_heartbeats_become_samples_and_the_model_is_refitted(daemon):
     assert model["source"] == "online"
     assert daemon.events("model_fit")
     assert daemon.job(job)["state"] == "running"
+
+
+def test_the_node_summary_follows_a_job_that_arrives(tmp_path):
+    d = Daemon(tmp_path / "state", capacity=4, extra=("--node-cache-mb", "2")).start()
+    try:
+        empty = d.http.get("/v1/node").json()
+        assert (empty["jobs"], empty["free_workers"], empty["node_workers"]) == (0, 4, 0)
+        assert empty["cache"]["capacity_bytes"] == 2 << 20
+        job = d.submit("one", iterations=400)
+        wait_for(lambda: d.job(job)["state"] == "running"
+                 and d.http.get("/v1/node").json()["jobs"] == 1, 60, "the job to run")
+        now = d.http.get("/v1/node").json()
+        assert now["node_workers"] == d.job(job)["workers"] >= 1
+        assert now["free_workers"] == 4 - now["node_workers"]
+        assert now["predicted_rate"] > 0 and now["spare_rate"] < empty["spare_rate"]
+        assert d.http.get("/v1/node", headers={"Authorization": "Bearer nope"}
+                          ).status_code == 401
+    finally:
+        d.stop()
