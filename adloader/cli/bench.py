@@ -11,6 +11,7 @@ import dataclasses
 from adloader.errors import InputError
 
 from . import _options, _output
+from .bench_cluster import bench_cluster
 from .bench_data import (  # the data-path benches
     bench_cache,
     bench_chunks,
@@ -302,6 +303,8 @@ BENCHMARKS = {
                                          "multi-job MIN (simulated)"),
     "node-cache": (bench_node_cache, "three real jobs, two on one dataset: no cache, private "
                                      "caches, the daemon's shared node cache"),
+    "cluster": (bench_cluster, "placement on a simulated cluster of adloader nodes: spread, "
+                               "bin-packing, loading-aware"),
     "locality": (bench_locality, "locality-aware batches, simulated and on gloo ranks"),
     "storage": (bench_storage, "epoch time over slow storage with the node's RAM cache"),
     "startup": (bench_startup, "the command line's start-up time"),
