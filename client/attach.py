@@ -22,6 +22,7 @@ from adloader.protocol import JobFeatures
 
 from . import exit_watchdog
 from .master import JobMaster, _rank_world, _stderr
+from .node_ranks import topology
 
 
 def _int_env(name: str) -> int | None:
@@ -137,9 +138,10 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
         loader.resize(workers)
     workers = built if workers is None else workers
     rank, world_size = _rank_world()
-    feats = _features(model, features, batch_size, gpus, iterations, loader, world_size,
+    local_rank, local_world, _, _ = topology(rank, world_size)  # a node's part: its GPUs
+    feats = _features(model, features, batch_size, gpus, iterations, loader, local_world,
                       sample_shape)
-    if endpoint and feats is None and rank == 0:
+    if endpoint and feats is None and local_rank == 0:
         raise InputError(f"attach: job {job!r}: give model= (your torch model, or a zoo name "
                          "such as 'Resnet18') or features=JobFeatures(...) so the daemon can "
                          "predict its throughput")

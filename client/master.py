@@ -47,6 +47,7 @@ from adloader.protocol import (
 
 from .channel import Channel
 from .checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from .node_ranks import NodeGroup, _dist, _rank_world, part_id, topology
 
 PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
 CANCEL_EXIT_CODE = 128 + signal.SIGTERM
@@ -68,30 +69,12 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _dist():
-    """``torch.distributed`` when it is initialised, else None (never imports torch)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available():
-        return None
-    return dist if dist.is_initialized() else None
-
-
 def _job_name(features: JobFeatures) -> str:
     """What to call a job started by hand: its script (``train.py``), else its model."""
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if script in ("", "-c", "-m", "python", "__main__.py"):
         script = ""
     return (script or features.model or "job")[:64]
-
-
-def _rank_world() -> tuple[int, int]:
-    dist = _dist()
-    if dist is not None:
-        return dist.get_rank(), dist.get_world_size()
-    try:
-        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    except ValueError:
-        return 0, 1
 
 
 class JobMaster:
@@ -127,6 +110,11 @@ class JobMaster:
         self._log = log
         self._pid = os.getpid()
         self.rank, self.world_size = _rank_world()
+        self.local_rank, self.local_world, self.node, self.nodes = topology(self.rank,
+                                                                             self.world_size)
+        self._node_group: NodeGroup | None = None  # multi-node: made at the first boundary
+        if self.nodes > 1:  # this node's part, registered with this node's daemon
+            job = self.job = part_id(job, self.node, self.nodes)
         self._lock = threading.Lock()
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._workers = workers  # what the loader runs with (0 while paused/released)
@@ -141,18 +129,18 @@ class JobMaster:
         self._stop_at: float | None = None  # cancelled: the grace ends then
         self._reset_interval()
         self.channel: Channel | None = None
-        if self.rank == 0 and endpoint and features is not None:
+        if self.local_rank == 0 and endpoint and features is not None:
             register = Register(job=job, token=token, pid=self._pid, cpu_group=cpu_group(),
                                 features=features,
                                 workers=min(workers, 1024), requested=requested,
-                                world_size=self.world_size,
+                                world_size=self.local_world,
                                 supervisor=supervisor if supervisor in SUPERVISORS else None,
                                 name=_job_name(features), data=data)
             self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
                                    connect_timeout_s=connect_timeout_s,
                                    on_silent=self._silent, on_refused=self._refused)
             self.channel.start()
-        elif self.rank == 0:
+        elif self.local_rank == 0:
             where = endpoint or "(ADLOADER_ENDPOINT unset)"
             log(f"adloader: no daemon at {where}; running with {workers} workers")
         atexit.register(self._at_exit)
@@ -286,9 +274,16 @@ class JobMaster:
             self._distributed = _dist() is not None and self.world_size > 1
         if not self._distributed:
             return commands
+        if self.nodes > 1:  # the node's master's commands, to the node's ranks
+            return self._group().broadcast(commands or None) or []
         box = [commands or None]
         _dist().broadcast_object_list(box, src=0)
         return box[0] or []
+
+    def _group(self) -> NodeGroup:
+        if self._node_group is None:
+            self._node_group = NodeGroup(_dist(), self.rank, self.local_world, self.nodes)
+        return self._node_group
 
     def _apply(self, command) -> None:
         if command.seq <= self._applied_seq:
@@ -325,6 +320,9 @@ class JobMaster:
         else:  # the data wait per batch so far: a rank that misses more waits more
             with self._lock:
                 load = self._wait_sum / max(self._count, 1)
+        if self.nodes > 1:  # the node's share, among the node's ranks
+            return int(split_workers(total, self._group().all_gather(max(load, 0.0)))
+                       [self.local_rank])
         loads = [0.0] * self.world_size
         _dist().all_gather_object(loads, max(load, 0.0))
         return int(split_workers(total, loads)[self.rank])
@@ -344,7 +342,8 @@ class JobMaster:
             self.channel.post(Paused(job=self.job, token=self._token, seq=command.seq,
                                      checkpoint=str(path) if path else None))
         while not waiting and self._paused and not self._finished:
-            for later in self._exchange(self._take(PAUSE_POLL_S) if self.rank == 0 else []):
+            for later in self._exchange(self._take(PAUSE_POLL_S) if self.local_rank == 0
+                                        else []):
                 self._apply(later)
 
     def _checkpoint(self, seq: int) -> Path | None:

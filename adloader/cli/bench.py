@@ -23,6 +23,7 @@ from .bench_data import (  # the data-path benches
     bench_shared_cache,
     bench_storage,
 )
+from .bench_multinode import bench_multinode
 
 
 # -- the simulated ones -------------------------------------------------------------------
@@ -305,6 +306,8 @@ BENCHMARKS = {
                                      "caches, the daemon's shared node cache"),
     "cluster": (bench_cluster, "placement on a simulated cluster of adloader nodes: spread, "
                                "bin-packing, loading-aware"),
+    "multinode": (bench_multinode, "a torchrun job over two nodes, each node's part under its "
+                                   "own daemon (two daemons on this machine)"),
     "locality": (bench_locality, "locality-aware batches, simulated and on gloo ranks"),
     "storage": (bench_storage, "epoch time over slow storage with the node's RAM cache"),
     "startup": (bench_startup, "the command line's start-up time"),
