@@ -41,6 +41,7 @@ class JobDemand:
     model_size: float = 1.0  # M, used by proportion / inverse
     requested: int | None = None  # the user's own num_workers
     remaining: float = 0.0  # S_i, samples left (for ``jct``; 0 when unknown)
+    deadline: float | None = None  # D_i, s from now (``ftf``; None: projected from balance)
 
 
 Allocation = dict[str, int]
@@ -300,6 +301,12 @@ def _jct(jobs, capacity, loading) -> Allocation:
     return jct(jobs, capacity, loading)
 
 
+def _ftf(jobs, capacity, loading) -> Allocation:
+    from adloader.finish_fair import ftf
+
+    return ftf(jobs, capacity, loading)
+
+
 POLICIES: dict[str, Policy] = {
     "balance": balance,
     "proportion": proportion,
@@ -309,7 +316,14 @@ POLICIES: dict[str, Policy] = {
     "optimal": optimal,
     "fair": fair,  # α = 0.95; ``fair:α`` picks another
     "jct": _jct,  # min Σ predicted completion time, with fair's floor
+    "ftf": _ftf,  # max Σ S_i/C_i, no job later than under balance / 0.95 (finish time)
 }
+
+
+def replans_at_completion(policy: str) -> bool:
+    """``ftf`` plans on the workers a finishing job frees: it re-plans at a completion at
+    once. The others batch completions in the completion buffer (A-Dloader §III-C5)."""
+    return policy.split(":")[0] == "ftf"
 
 
 def get_policy(name: str) -> Policy:
@@ -319,6 +333,10 @@ def get_policy(name: str) -> Policy:
     """
     if name.startswith("fair:"):
         return functools.partial(fair, alpha=check_alpha(name[len("fair:"):]))
+    if name.startswith("ftf:"):
+        from adloader.finish_fair import ftf
+
+        return functools.partial(ftf, alpha=check_alpha(name[len("ftf:"):]))
     if name.startswith("jct:"):
         from adloader.completion import jct
 
@@ -327,4 +345,4 @@ def get_policy(name: str) -> Policy:
         return POLICIES[name]
     except KeyError:
         raise InputError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)} "
-                         "(or fair:α, jct:α, 0 ≤ α ≤ 1)") from None
+                         "(or fair:α, jct:α, ftf:α, 0 ≤ α ≤ 1)") from None

@@ -18,8 +18,8 @@ Without reallocation running jobs keep their workers and new jobs share what is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -64,14 +64,25 @@ def _place(job: PlanJob, load: list[int], limit: int) -> tuple[int, ...] | None:
 
 
 def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
-            model: ThroughputModel, table: np.ndarray) -> list[JobDemand]:
-    """c_i · B·F_μ of each job, cut to its predicted fair share of the GPUs it shares."""
+            model: ThroughputModel, table: np.ndarray,
+            workers: Mapping[str, int] | None = None) -> list[JobDemand]:
+    """c_i · B·F_μ of each job, cut to its predicted fair share of the GPUs it shares.
+
+    Each partner is taken to load as fast as any job could — or, given ``workers`` (a
+    plan), as fast as its workers there let it: a starved partner leaves the GPU free."""
     capacity = table.shape[0] - 1
     most = float(table[capacity, capacity])  # the most any job could load
     mu = {j.name: j.rate_scale * model.training_throughput(j.batch_size, j.gpus, j.flops_g,
                                                            j.params_m) for j in jobs}
     caps = {j.name: most / mu[j.name] for j in jobs}  # u cap = λ·s/B with s = B/μ
-    shares = fair_shares({j.name: placement[j.name] for j in jobs}, caps)
+    groups = {j.name: placement[j.name] for j in jobs}
+    shares = fair_shares(groups, caps)
+    if workers is not None:
+        node = min(sum(workers.values()), capacity)
+        held = {k: float(table[node, min(d, node)]) / mu[k] for k, d in workers.items()}
+        for j in jobs:
+            if any(set(placement[k]) & set(placement[j.name]) for k in groups if k != j.name):
+                shares[j.name] = fair_shares(groups, {**held, j.name: caps[j.name]})[j.name]
     return [JobDemand(j.name, shares[j.name] * mu[j.name], j.params_m, j.requested,
                       remaining=j.remaining_samples) for j in jobs]
 
@@ -87,8 +98,15 @@ def plan(
     realloc: bool = True,
     max_jobs_per_gpu: int = 2,
     keep_threshold: float = 0.02,
+    now: float | None = None,
+    shadow=None,
+    window: float = 0.0,
 ) -> Plan:
-    """Admit, place and allocate; ``table`` is ``model.loading_table(capacity)``."""
+    """Admit, place and allocate; ``table`` is ``model.loading_table(capacity)``.
+
+    ``ftf`` only: ``shadow`` (a ``ShadowBalance`` the caller keeps) and ``now`` give each
+    job its deadline; ``window``: how long the caller waits to re-plan after a completion.
+    """
     running = [j for j in jobs if j.running]
     waiting = [j for j in jobs if not j.running]
     load = [0] * gpus
@@ -115,7 +133,11 @@ def plan(
     if realloc:
         order = _order(active, wanted, float(table[capacity, capacity]))
         active, wanted = [active[i] for i in order], [wanted[i] for i in order]
-        workers = get_policy(policy)(wanted, capacity, table)
+        if policy.split(":")[0] == "ftf":
+            workers, wanted = _ftf(policy, active, wanted, out.gpu_ids, model, capacity,
+                                   table, now, shadow, window)
+        else:
+            workers = get_policy(policy)(wanted, capacity, table)
         workers = _keep(active, wanted, workers, capacity, table, keep_threshold)
     else:
         fresh = [(j, d) for j, d in zip(active, wanted, strict=True) if not j.running]
@@ -138,6 +160,30 @@ def plan(
         if not job.running:
             out.launched.append(job.name)
     return out
+
+
+def _ftf(policy: str, active, wanted: list[JobDemand], placement, model, capacity: int,
+         table: np.ndarray, now: float | None, shadow, window: float):
+    """``ftf`` with its deadlines from ``shadow``; then twice more with each job's GPU share
+    as the plan leaves it (a partner held to few workers leaves the GPU to it)."""
+    from adloader.fair_allocation import DEFAULT_ALPHA, balance_plan, check_alpha
+    from adloader.finish_fair import ftf
+
+    alpha = check_alpha(policy[4:]) if ":" in policy else DEFAULT_ALPHA
+    due: dict[str, float] = {}
+    if shadow is not None and now is not None:  # its GPU shares as balance's split leaves them
+        even = dict(zip((j.name for j in active),
+                        balance_plan(len(active), capacity).tolist(), strict=True))
+        shared = demands(active, placement, model, table, even)
+        shadow.observe(now, [(d.name, d.training_rate, d.remaining) for d in shared])
+        due = shadow.deadlines(now, alpha)
+    wanted = [replace(d, deadline=due.get(d.name)) for d in wanted]
+    workers = ftf(wanted, capacity, table, alpha, window=window)
+    for _ in range(2):
+        again = demands(active, placement, model, table, workers)
+        wanted = [replace(a, deadline=d.deadline) for a, d in zip(again, wanted, strict=True)]
+        workers = ftf(wanted, capacity, table, alpha, window=window)
+    return workers, wanted
 
 
 def _order(active, wanted, node_rate: float) -> list[int]:

@@ -38,7 +38,7 @@ from adloader.workloads.replay import replay
 
 @dataclasses.dataclass
 class LiveConfig:
-    policies: tuple[str, ...] = ("balance", "waa", "optimal", "fair", "jct")
+    policies: tuple[str, ...] = ("balance", "waa", "optimal", "fair", "jct", "ftf")
     trace: str = "paper-static"
     capacity: int = 0  # 0: 3 × cores emulating GPUs, the cores with CUDA
     iterations_scale: float = 0.2

@@ -60,8 +60,9 @@ class LiveJob:
 
     @property
     def remaining_samples(self) -> float:
-        left = float(self.iterations or 10 * (self.iteration + 100)) - self.iteration
-        return max(left, 1.0) * self.batch_size
+        planned = self.iterations if self.iterations and self.iteration < self.iterations \
+            else 10 * (self.iteration + 100)  # unknown, or past what it said: it grows
+        return max(float(planned) - self.iteration, 1.0) * self.batch_size
 
 
 @dataclass

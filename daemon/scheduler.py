@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adloader import correction
+from adloader.allocation import replans_at_completion
 from adloader.errors import InputError
 from adloader.planner import PlanJob, plan
 from adloader.protocol import (
@@ -37,6 +38,7 @@ from adloader.protocol import (
     Stop,
 )
 from adloader.samples import LoadingSample, TrainingSample
+from adloader.shadow_balance import ShadowBalance
 from adloader.throughput import ThroughputModel
 
 from .endings import EndingsMixin
@@ -52,6 +54,7 @@ from .live import (  # noqa: F401  (the states, for the scheduler's users)
 )
 from .tokens import TokenDigest
 
+REVIEW_MIN_S = 5.0  # ftf: a plan is looked at again no sooner than this
 CORRECT_EVERY_S = 2.0  # one correction of c_i a job this often (heartbeats come faster)
 
 
@@ -64,6 +67,10 @@ class Scheduler(EndingsMixin):
         self.capacity, self.gpus, self.policy = capacity, gpus, policy
         self.tokens = tokens
         self.arrival_window_s, self.completion_window_s = arrival_window_s, completion_window_s
+        self.shadow: ShadowBalance | None = None  # balance beside the real run (``ftf``)
+        if replans_at_completion(policy):
+            self.completion_window_s = 0.0
+            self.shadow = ShadowBalance(capacity, model.loading_table(capacity))
         self.heartbeat_s, self.lost_timeout_s = heartbeat_s, lost_timeout_s
         self.max_jobs_per_gpu = max_jobs_per_gpu
         self.cancel_grace_s = cancel_grace_s
@@ -80,6 +87,8 @@ class Scheduler(EndingsMixin):
         it for a large node is the slow part, best done before taking any lock)."""
         self.model = model
         self.table = model.loading_table(self.capacity) if table is None else table
+        if self.shadow is not None:
+            self.shadow.capacity, self.shadow.table = self.capacity, self.table
 
     def set_capacity(self, capacity: int) -> Actions:
         """The node's workers changed (its cgroup was resized): plan every job again now."""
@@ -203,7 +212,8 @@ class Scheduler(EndingsMixin):
     def _plan(self, jobs: list[LiveJob]):
         return plan(self._views(jobs), capacity=self.capacity, gpus=self.gpus,
                     model=self.model, table=self.table, policy=self.policy,
-                    max_jobs_per_gpu=self.max_jobs_per_gpu)
+                    max_jobs_per_gpu=self.max_jobs_per_gpu, now=self.clock(),
+                    shadow=self.shadow, window=self.completion_window_s)
 
     def replan(self) -> Actions:
         """Close the buffers: admit, allocate, launch new jobs, resize running ones. A job
@@ -233,6 +243,12 @@ class Scheduler(EndingsMixin):
         for job_id, ceiling in decision.ceiling.items():
             job = self.jobs[job_id]
             job.ceiling, job.planned_scale = ceiling, job.rate_scale
+        if self.shadow is not None and decision.predicted:
+            # ftf counts on its predicted completions: look again when the first is due, so a
+            # job that runs longer than it said does not keep the workers it was lent
+            due = min(self.jobs[k].remaining_samples / max(v, 1e-9)
+                      for k, v in decision.predicted.items())
+            self._open(max(REVIEW_MIN_S, 1.1 * due))
         for job_id in decision.queued:
             job = self.jobs[job_id]
             if job.state != "queued":

@@ -201,6 +201,21 @@ def bench_mixes(args) -> int:
 
 
 # -- the real ones ------------------------------------------------------------------------
+def _policies(text: str) -> tuple[str, ...]:
+    """``a,b,c`` as policy names, each checked (a clear error names an unknown one)."""
+    from adloader.allocation import get_policy
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("--policies: name at least one policy")
+    for name in names:
+        try:
+            get_policy(name)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return names
+
+
 def bench_live(args) -> int:
     """The static mix as real jobs under a real daemon, one run per policy."""
     from adloader.bench.live import LiveConfig, run_live_bench
@@ -212,6 +227,7 @@ def bench_live(args) -> int:
     if args.workers is not None and len(args.workers) != 1:
         raise InputError("bench live: --workers takes one count")
     given = {"rounds": args.rounds, "iterations_scale": args.iterations_scale,
+             "policies": getattr(args, "policies", None),
              "crop": args.crop, "capacity": args.workers and args.workers[0]}
     cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
     if cfg.rounds < 1 or cfg.iterations_scale <= 0 or cfg.crop < 0 or cfg.capacity < 0:
@@ -348,6 +364,9 @@ def register(sub) -> None:
     p.add_argument("--workers", type=_options.counts, default=None,
                    help="live: the daemon's workers (default: cores with CUDA, else 3 ×); "
                         "loaders: worker counts, a row each (default 1,2,4)")
+    p.add_argument("--policies", type=_policies, default=None,
+                   help="live: policies to run, comma-separated (default balance,waa,optimal,"
+                        "fair,jct,ftf)")
     p.add_argument("--ranks-per-node", type=int, default=None,
                    help="cache: ranks on the node (default: all of them)")
     p.add_argument("--max-imbalance", dest="max_imbalance", type=float, default=1.1,

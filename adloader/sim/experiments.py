@@ -29,7 +29,7 @@ from adloader.sim.trace import Trace
 from adloader.throughput import ThroughputModel
 
 FIXED = ("proportion", "balance", "inverse", "requested")  # the paper's manual allocations
-SCHEDULED = ("waa", "optimal", "fair", "jct")
+SCHEDULED = ("waa", "optimal", "fair", "jct", "ftf")
 
 
 def _runs(trace, profile, model, configs, label) -> list[dict]:
@@ -218,7 +218,7 @@ def _loading_table(capacity: int) -> np.ndarray:
 
 def _demand(rng, name: str) -> JobDemand:
     return JobDemand(name, float(rng.uniform(20, 250)), float(rng.uniform(0.2, 25)),
-                     int(rng.integers(1, 8)))
+                     int(rng.integers(1, 8)), remaining=float(rng.uniform(1e4, 1e6)))
 
 
 def _timed(call: Callable[[], dict]) -> tuple[float, dict]:
@@ -253,7 +253,11 @@ def allocation_timing(jobs: int = 1000, capacity: int = 1024, repeats: int = 7,
     demands = [_demand(rng, f"j{i}") for i in range(jobs)]
     case = f"{jobs} jobs × {capacity} workers"
     rows = []
+    from adloader.finish_fair import MAX_JOBS
+
     for name in POLICIES:
+        if name == "ftf" and jobs > MAX_JOBS:
+            continue  # it is ``fair`` there; timed on the small node below
         policy: Callable = get_policy(name)
         runs = [_timed(lambda p=policy: p(demands, capacity, table)) for _ in range(repeats)]
         rows.append(_row(name, case, demands, capacity, table, [t for t, _ in runs],
@@ -276,9 +280,12 @@ def allocation_timing(jobs: int = 1000, capacity: int = 1024, repeats: int = 7,
 
 
 def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
-    """``optimal`` and one-call ``fair`` on each instance, and a warm solver re-solving it."""
+    """``optimal``, one-call ``fair`` (and ``ftf`` on a small node: past ``MAX_JOBS`` it is
+    ``fair``) on each instance, and a warm ``fair`` solver re-solving it."""
+    from adloader.finish_fair import MAX_JOBS
+
     rows = []
-    for name in ("optimal", "fair"):
+    for name in ("optimal", "fair") + (("ftf",) if len(afters[-1]) <= MAX_JOBS else ()):
         policy = get_policy(name)
         runs = [_timed(lambda p=policy, a=a: p(a, capacity, table)) for a in afters]
         rows.append(_row(name, case, afters[-1], capacity, table, [t for t, _ in runs],
@@ -295,7 +302,7 @@ def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
 
 # -- held-out random mixes ------------------------------------------------------------------
 MIX_SEED = 1000  # generator seeds of the held-out mixes start here (tests use 0–11)
-MIX_POLICIES = ("balance", "waa", "optimal", "fair", "jct")
+MIX_POLICIES = ("balance", "waa", "optimal", "fair", "jct", "ftf")
 MIX_METRICS = ("makespan_x_norealloc", "makespan_x_balance", "mean_jct_x_balance",
                "sum_x_balance", "worst_x_balance")
 

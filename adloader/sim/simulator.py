@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from adloader import correction
-from adloader.allocation import get_policy
+from adloader.allocation import get_policy, replans_at_completion
 from adloader.errors import InputError
 from adloader.gpushare import iteration_rates
 from adloader.models import features
@@ -149,6 +149,8 @@ class Simulator:
         self.policy = get_policy(self.cfg.policy)
         self.capacity = self.cfg.capacity or profile.loading_workers
         self.realloc_cost = self.cfg.realloc_cost_s
+        self.completion_window = 0.0 if replans_at_completion(self.cfg.policy) else \
+            self.cfg.completion_window_s
         node_gpus = trace.gpus or profile.gpus
         if node_gpus > profile.gpus:
             raise InputError(f"trace needs {node_gpus} GPUs, profile {profile.name!r} has "
@@ -168,6 +170,11 @@ class Simulator:
         if unknown:
             raise InputError(f"slow: no job named {', '.join(sorted(unknown))} in the trace")
         self.table = model.loading_table(self.capacity)
+        self.shadow = None
+        if replans_at_completion(self.cfg.policy):
+            from adloader.shadow_balance import ShadowBalance
+
+            self.shadow = ShadowBalance(self.capacity, self.table)
         self.t = 0.0
         self.timeline: list[dict] = []
         self.events: list[dict] = []
@@ -197,7 +204,8 @@ class Simulator:
         decision = plan(views, capacity=self.capacity, gpus=self.gpus, model=self.model,
                         table=self.table, policy=self.cfg.policy, realloc=self.cfg.realloc,
                         max_jobs_per_gpu=self.profile.max_jobs_per_gpu,
-                        keep_threshold=self.cfg.keep_threshold)
+                        keep_threshold=self.cfg.keep_threshold, now=self.t,
+                        shadow=self.shadow, window=self.completion_window)
         for name in decision.queued:
             by_name[name].state = "queued"
         for name in decision.resized:
@@ -266,7 +274,7 @@ class Simulator:
                     j.state, j.end_s, j.done = "done", self.t, j.spec.iterations
                     self.events.append({"t_s": round(self.t, 3), "kind": "finish",
                                         "job": j.name})
-                    self._open_window(self.cfg.completion_window_s)
+                    self._open_window(self.completion_window)
                     self._record()
             self._observe()
             if self.flush_at is not None and self.flush_at <= self.t + EPS:

@@ -1,0 +1,196 @@
+"""``ftf``: the most Σ S_i/C_i with no job finishing later than under ``balance`` / α
+(finish-time fairness, as Themis; the sharing incentive judged where a tenant judges it).
+
+``fair`` keeps T_i(t) ≥ α·b_i(t) at every instant. On a node whose loading is the
+bottleneck that leaves nothing to trade: every split of the C workers loads the same total,
+and the floor pins the split to balance's. What a tenant sees is its completion time, and
+C_i ≤ a_i + (C_i^bal − a_i)/α leaves room to run jobs nearly one after another — shortest
+first, the others on one worker — which ends the last job no later and every other sooner.
+
+Per plan (re-solved at arrivals, completions and corrections):
+
+1. deadlines D_i (seconds from now): from ``ShadowBalance`` (balance's run of the same
+   arrivals, kept beside the real one) when the caller keeps one, else balance projected
+   from now on the jobs present; either way D_i = (Ĉ_i − a_i)/α − (now − a_i);
+2. an order of priority: shortest predicted remaining time S_i / min(B_i·μ_i, L*) first;
+3. ``priority_plan``: max Σ ρ^k·T_k over the plan, k the job's rank (ρ = 0.99 first): nearly
+   the node's most Σ T, the earlier jobs served first within it;
+4. ``forward``: that rule simulated to the end on the predicted rates (each completion
+   re-planned by the same rule, after ``window`` seconds as the caller does). A job that
+   would miss D_i (less ``slack``) moves one place up and 3–4 repeat, 2N moves at most,
+   from shortest-first then from earliest-deadline-first, then with stronger priority
+   (ρ = 0.5, 0.05). No order meets every deadline: ``fair``'s allocation (the per-instant
+   floor). The planner runs it twice more with the GPU shares its plan leaves.
+
+A heuristic: shortest-first is optimal for Σ C_i on one server, not claimed optimal here.
+A node's tens of jobs: 1–20 ms a plan here at 4–16 jobs; past ``MAX_JOBS`` jobs, ``fair``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from adloader.fair_allocation import DEFAULT_ALPHA, balance_plan, check_alpha, fair
+
+EPS = 1e-9
+RHOS = (0.99, 0.5, 0.05)  # ρ tried in turn: each rank of priority against the one before
+MAX_JOBS = 64
+SLACK = 0.05  # a plan must end every job this share of its deadline early
+
+
+def _rates(mu: np.ndarray, table: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """T_i = min(B_i·μ_i, λ(d_i; Σd)); 0 with no worker."""
+    node = int(d.sum())
+    return np.where(d > 0, np.minimum(mu, table[node, d]), 0.0)
+
+
+def priority_plan(mu: np.ndarray, table: np.ndarray, capacity: int,
+                  rho: float = 0.99) -> np.ndarray:
+    """Workers for jobs given in priority order: max Σ ρ^k·T_k (k: the job's rank, ρ = RHO),
+    one worker each (the first C when C < N). Near 1, ρ keeps the node's total nearly the
+    most it can be and, among such plans, gives the earlier job more.
+
+    Per node total D the ``D − N`` largest weighted gains ρ^k·ΔT_k(d; D) (concave rows: a
+    prefix of each job's) are taken — every D at once, one sort — and the best D wins, ties
+    to fewer workers. Exact on rows concave in d, as the TPM's are."""
+    n = len(mu)
+    if capacity < n:
+        return (np.arange(n) < capacity).astype(np.int64)
+    w = rho ** np.arange(n)
+    width = capacity - n + 1  # the most workers one job can have
+    rows = table[n : capacity + 1, 1 : width + 1]  # λ(d; D), D = N..C, d = 1..width
+    rate = np.minimum(mu[None, :, None], rows[:, None, :])
+    base = (w[None, :] * rate[:, :, 0]).sum(axis=1)  # one worker each
+    if width > 1:  # every D at once: the D − N largest weighted gains, valued at λ(·; D)
+        gain = w[None, :, None] * np.diff(rate, axis=2)
+        k = np.arange(len(rows))
+        gain = np.where(np.arange(width - 1)[None, None, :] < k[:, None, None], gain, 0.0)
+        top = -np.sort(-np.maximum(gain.reshape(len(rows), -1), 0.0), axis=1)
+        cum = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(top, axis=1)], axis=1)
+        base = base + cum[k, np.minimum(k, cum.shape[1] - 1)]
+    node = n + int(np.argmax(base >= base.max() - 1e-9 * max(1.0, abs(base.max()))))
+    rate = np.minimum(mu[:, None], table[node, 1 : node + 1][None, :])  # that D's plan
+    gain = w[:, None] * np.diff(rate, axis=1)
+    d = np.ones(n, dtype=np.int64)
+    if gain.size:  # equal gains: the smaller d first, so each job's taken is a prefix
+        gain -= np.arange(gain.shape[1])[None, :] * 1e-12 * (1.0 + abs(gain).max())
+        flat = gain.ravel()
+        take = min(node - n, int(np.count_nonzero(flat > EPS)))
+        if take > 0:
+            chosen = np.argpartition(-flat, take - 1)[:take]
+            d += np.bincount(chosen // gain.shape[1], minlength=n)
+    return d
+
+
+def forward(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray, capacity: int,
+            order: Sequence[int], window: float = 0.0,
+            rho: float = 0.99) -> tuple[np.ndarray, np.ndarray]:
+    """(completion of each job from now, the plan now) when ``priority_plan`` runs the jobs
+    in ``order`` to the end, re-planned ``window`` s after each completion."""
+    n = len(mu)
+    left = remaining.astype(float).copy()
+    ends = np.full(n, np.inf)
+    alive = [int(i) for i in order]
+    t, first, held = 0.0, None, None  # held: the plan kept through a window
+    while alive:
+        idx = np.array(alive)
+        if held is None:
+            d = priority_plan(mu[idx], table, capacity, rho)
+            if first is None:
+                first = np.zeros(n, dtype=np.int64)
+                first[idx] = d
+            held = (dict(zip(alive, d.tolist(), strict=True)), np.inf)
+        plan_now, until = held
+        d = np.array([plan_now.get(i, 0) for i in alive], dtype=np.int64)
+        rate = _rates(mu[idx], table, d)
+        with np.errstate(divide="ignore"):
+            need = np.where(rate > 0, left[idx] / np.maximum(rate, EPS), np.inf)
+        dt = min(float(need.min()), until - t)
+        if not np.isfinite(dt):
+            break  # nothing runs (C = 0): every end stays inf
+        left[idx] -= rate * dt
+        t += dt
+        gone = [i for i, k in zip(alive, need, strict=True) if k <= dt * (1 + 1e-12) + EPS]
+        for i in gone:
+            ends[i] = t
+        alive = [i for i in alive if i not in gone]
+        if gone:
+            plan_kept = {i: v for i, v in plan_now.items() if i not in gone}
+            held = (plan_kept, t + window) if window > 0 else None
+        elif t >= until - EPS:
+            held = None
+    return ends, (first if first is not None else np.zeros(n, dtype=np.int64))
+
+
+def balance_ends(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray,
+                 capacity: int) -> np.ndarray:
+    """Each job's completion from now were balance to run the jobs present to the end."""
+    n = len(mu)
+    left = remaining.astype(float).copy()
+    ends = np.full(n, np.inf)
+    alive = list(range(n))
+    t = 0.0
+    while alive:
+        idx = np.array(alive)
+        m = len(idx)
+        d = balance_plan(m, capacity) if capacity >= m else \
+            (np.arange(m) < capacity).astype(np.int64)
+        rate = _rates(mu[idx], table, d)
+        if not (rate > 0).any():
+            break
+        need = np.where(rate > 0, left[idx] / np.maximum(rate, EPS), np.inf)
+        dt = float(need.min())
+        left[idx] -= rate * dt
+        t += dt
+        gone = {int(i) for i, k in zip(idx, need, strict=True) if k <= dt * (1 + 1e-12) + EPS}
+        for i in gone:
+            ends[i] = t
+        alive = [i for i in alive if i not in gone]
+    return ends
+
+
+def _order(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray) -> list[int]:
+    """Shortest predicted remaining time first (ties keep the caller's order)."""
+    top = float(np.max(table))
+    own = remaining / np.maximum(np.minimum(mu, top), EPS)
+    return sorted(range(len(mu)), key=lambda i: own[i])
+
+
+def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
+        window: float = 0.0, slack: float = SLACK) -> dict[str, int]:
+    """The plan now (see the module). Jobs are read through ``.name``, ``.training_rate``
+    (B·μ), ``.remaining`` (S_i) and ``.deadline`` (D_i, s from now; None: projected here)."""
+    alpha = check_alpha(alpha)
+    n = len(jobs)
+    if n == 0:
+        return {}
+    if n > MAX_JOBS:  # its forward runs grow as N²·C: past this, the per-instant floor
+        return fair(jobs, capacity, loading, alpha)
+    if capacity < n:
+        return {j.name: int(i < capacity) for i, j in enumerate(jobs)}
+    table = np.asarray(loading, dtype=float)
+    mu = np.array([max(float(j.training_rate), 0.0) for j in jobs])
+    remaining = np.array([max(float(getattr(j, "remaining", 0.0) or 0.0), 1.0) for j in jobs])
+    given = [getattr(j, "deadline", None) for j in jobs]
+    if any(g is None for g in given):
+        projected = balance_ends(mu, remaining, table, capacity) / max(alpha, EPS)
+        given = [projected[i] if g is None else g for i, g in enumerate(given)]
+    deadline = np.array(given, dtype=float) * (1 - slack) if alpha > 0 else np.full(n, np.inf)
+    srpt = _order(mu, remaining, table)
+    edf = sorted(range(n), key=lambda i: deadline[i])
+    for rho in RHOS:  # nearly the most Σ T first; stronger priority when a deadline needs it
+        for start in (srpt, edf):
+            order = list(start)
+            for _ in range(2 * n):
+                ends, now = forward(mu, remaining, table, capacity, order, window, rho)
+                late = [p for p, i in enumerate(order) if ends[i] > deadline[i] + EPS]
+                if not late:
+                    return {j.name: int(now[i]) for i, j in enumerate(jobs)}
+                p = late[0]
+                if p == 0:
+                    break  # the first job misses even first
+                order[p - 1], order[p] = order[p], order[p - 1]
+    return fair(jobs, capacity, table, alpha)
+
