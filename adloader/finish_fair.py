@@ -48,7 +48,7 @@ def _rates(mu: np.ndarray, table: np.ndarray, d: np.ndarray) -> np.ndarray:
 
 def priority_plan(mu: np.ndarray, table: np.ndarray, capacity: int,
                   rho: float = 0.99) -> np.ndarray:
-    """Workers for jobs given in priority order: max Σ ρ^k·T_k (k: the job's rank, ρ = RHO),
+    """Workers for jobs given in priority order: max Σ ρ^k·T_k (k: the job's rank, ρ = rho),
     one worker each (the first C when C < N). Near 1, ρ keeps the node's total nearly the
     most it can be and, among such plans, gives the earlier job more.
 
