@@ -93,18 +93,10 @@ def static_bounds(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     than ``sum_ub`` Σ samples/s. Each subset's best node rate is found by exhaustive search
     over allocations (``all_plans``) on its GPUs as placed at t = 0."""
     from adloader.fair_frontier import all_plans, schedule_bounds
-    from adloader.planner import PlanJob, _place
-    from adloader.sim.simulator import Simulator, gpu_rates
+    from adloader.sim.schedule_oracle import jobs_at_start
+    from adloader.sim.simulator import gpu_rates
 
-    sim = Simulator(trace, profile, model, base or SimConfig())
-    jobs = [j for j in sim.jobs if j.spec.arrival_s == 0]
-    load = [0] * sim.gpus
-    for j in jobs:
-        view = PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m, 0)
-        j.gpu_ids = _place(view, load, profile.max_jobs_per_gpu) or ()
-        for g in j.gpu_ids:
-            load[g] += 1
-    jobs = [j for j in jobs if j.gpu_ids]
+    sim, jobs = jobs_at_start(trace, profile, model, base)
     cache: dict[frozenset, float] = {}
 
     def best_rate(subset: frozenset) -> float:

@@ -1,0 +1,108 @@
+"""The best time-varying schedule, as linear programs: how far any policy could go.
+
+Fix the order π in which jobs complete. Between the (k−1)-th and k-th completion the jobs
+J_k = {π(k), …, π(N)} are present; what a schedule does there is, for each allocation p
+the node may run, the time x_{k,p} ≥ 0 it spends in it (the phase's average rates are a
+convex combination of the allocations' rate vectors R_p). Then, all linear in x,
+
+    job i is done by its phase:  Σ_{k ≤ pos(i)} Σ_p x_{k,p}·R_{p,i} ≥ S_i
+    its completion:              C_i = Σ_{k ≤ pos(i)} Σ_p x_{k,p} ≤ D_i   (D_i: its floor)
+
+Every schedule with that order — allocations changing at any instant — is a point of this
+polytope, and every point is a schedule (switching costs aside). Σ_i S_i/C_i is convex in
+C, so its maximum over the polytope is hard in general; two numbers per order bound it:
+
+- ``sum_upper``: Σ_i S_i / min C_i, each C_i minimised alone — no schedule does better;
+- ``sum``: successive linearisation (each step maximises the tangent, which lies below a
+  convex function: each step's schedule is real and no worse than the last), started from
+  every single-job optimum — a schedule that reaches it exists.
+
+When they meet, that is the optimum. For a handful of jobs (N! orders). Pure: scipy's HiGHS
+is imported inside.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from adloader.errors import InputError
+
+Options = Callable[[tuple[int, ...]], np.ndarray]  # present jobs -> (P, N) rates, samples/s
+
+
+def pareto_rows(rates: np.ndarray) -> np.ndarray:
+    """The rows no other row dominates (≥ everywhere, > somewhere): the rest are never
+    needed by a schedule that may time-share."""
+    rates = np.unique(np.asarray(rates, dtype=float), axis=0)
+    keep = np.ones(len(rates), dtype=bool)
+    for i in range(len(rates)):
+        if keep[i]:
+            dominated = np.all(rates <= rates[i], axis=1) & np.any(rates < rates[i], axis=1)
+            keep &= ~dominated
+    return rates[keep]
+
+
+def _order_lp(samples: np.ndarray, order: Sequence[int], options: Options,
+              deadlines: np.ndarray):
+    """(A_ub, b_ub, T) for one completion order; T maps x to completion times C."""
+    n = len(samples)
+    blocks = [pareto_rows(options(tuple(sorted(order[k:])))) for k in range(n)]
+    sizes = [len(b) for b in blocks]
+    start = np.concatenate([[0], np.cumsum(sizes)])
+    pos = {job: k for k, job in enumerate(order)}
+    done = np.zeros((n, start[-1]))
+    ends = np.zeros((n, start[-1]))
+    for i in range(n):
+        for k in range(pos[i] + 1):
+            done[i, start[k]:start[k + 1]] = blocks[k][:, i]
+            ends[i, start[k]:start[k + 1]] = 1.0
+    a_ub = np.vstack([-done, ends[np.isfinite(deadlines)]])
+    b_ub = np.concatenate([-samples, deadlines[np.isfinite(deadlines)]])
+    return a_ub, b_ub, ends, blocks
+
+
+def best_schedule(samples: Sequence[float], options: Options,
+                  deadlines: Sequence[float] | None = None, steps: int = 40) -> dict:
+    """Bounds on max Σ S_i/C_i over every schedule (see the module), each C_i ≤ D_i."""
+    from scipy.optimize import linprog
+
+    s = np.asarray(samples, dtype=float)
+    n = len(s)
+    if n == 0 or n > 6:
+        raise InputError(f"best_schedule: 1 to 6 jobs (it tries every order), got {n}")
+    if np.any(s <= 0):
+        raise InputError("best_schedule: every job needs samples > 0")
+    dl = np.full(n, np.inf) if deadlines is None else np.asarray(deadlines, dtype=float)
+    best = {"sum": 0.0, "sum_upper": 0.0, "order": None, "ends": None, "feasible": False}
+    for order in itertools.permutations(range(n)):
+        a_ub, b_ub, ends, _ = _order_lp(s, order, options, dl)
+
+        def solve(weights, a_ub=a_ub, b_ub=b_ub, ends=ends):
+            res = linprog(weights @ ends, A_ub=a_ub, b_ub=b_ub, bounds=(0, None),
+                          method="highs")
+            return ends @ res.x if res.status == 0 else None
+
+        singles = [solve(np.eye(n)[i]) for i in range(n)]
+        if any(c is None for c in singles):
+            continue  # this order cannot meet the floors
+        upper = float(sum(s[i] / max(singles[i][i], 1e-12) for i in range(n)))
+        best["sum_upper"] = max(best["sum_upper"], upper)
+        best["feasible"] = True
+        for c in singles + [solve(s / np.maximum(np.array(singles).min(axis=0), 1e-12))]:
+            if c is None:
+                continue
+            value = float((s / np.maximum(c, 1e-12)).sum())
+            for _ in range(steps):  # maximise the tangent of Σ S/C at c: min Σ S_i/c_i²·C_i
+                nxt = solve(s / np.maximum(c, 1e-12) ** 2)
+                if nxt is None:
+                    break
+                v = float((s / np.maximum(nxt, 1e-12)).sum())
+                if v <= value * (1 + 1e-9):
+                    break
+                c, value = nxt, v
+            if value > best["sum"]:
+                best.update(sum=value, order=list(order), ends=[float(x) for x in c])
+    return best

@@ -1,0 +1,76 @@
+"""The schedule oracle on the simulator's ground truth: ``schedule_lp.best_schedule`` for
+the jobs present at t = 0, every allocation of the node's workers (by exhaustive search)
+rated as the simulator rates it (loading λ(d; D), GPUs time-shared)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from adloader.sim.device_profile import DeviceProfile
+from adloader.sim.simulator import SimConfig, Simulator, gpu_rates
+from adloader.sim.trace import Trace
+from adloader.throughput import ThroughputModel
+
+
+def jobs_at_start(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                  base: SimConfig | None = None):
+    """(the simulator, its jobs arriving at t = 0 placed on GPUs as the planner would)."""
+    from adloader.planner import PlanJob, _place
+
+    sim = Simulator(trace, profile, model, base or SimConfig())
+    jobs = [j for j in sim.jobs if j.spec.arrival_s == 0]
+    load = [0] * sim.gpus
+    for j in jobs:
+        view = PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m, 0)
+        j.gpu_ids = _place(view, load, profile.max_jobs_per_gpu) or ()
+        for g in j.gpu_ids:
+            load[g] += 1
+    return sim, [j for j in jobs if j.gpu_ids]
+
+
+def static_schedule_oracle(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                           balance_run: dict, alpha: float = 0.95, pause: bool = True,
+                           base: SimConfig | None = None) -> dict:
+    """Max Σ S_i/C_i over every schedule with each job's JCT ≤ its ``balance_run`` JCT / α
+    (``sum`` reached, ``sum_upper`` bounding), as ratios to balance's Σ too. ``pause``:
+    a schedule may leave a present job with no worker; else every job keeps one, as the
+    daemon's policies do."""
+    from adloader.fair_frontier import all_plans
+    from adloader.schedule_lp import best_schedule
+
+    sim, jobs = jobs_at_start(trace, profile, model, base)
+    n = len(jobs)
+
+    def options(present: tuple[int, ...]) -> np.ndarray:
+        rows = []
+        sizes = range(1, len(present) + 1) if pause else [len(present)]
+        for size in sizes:
+            for subset in itertools.combinations(present, size):
+                members = [jobs[i] for i in subset]
+                for plan in all_plans(size, sim.capacity):
+                    node = int(plan.sum())
+                    workers = dict(zip((j.name for j in members), plan.tolist(), strict=True))
+                    rates = gpu_rates(members, lambda j, w=workers, d=node:
+                                      profile.loading_rate(w[j.name], d))
+                    row = np.zeros(n)
+                    for i, j in zip(subset, members, strict=True):
+                        row[i] = rates[j.name] * j.spec.batch_size
+                    rows.append(row)
+        return np.array(rows)
+
+    by_name = {j["name"]: j for j in balance_run["jobs"]}
+    # a job's ratio is balance's JCT over its own, both from its arrival; the LP's C_i
+    # count from the start, after the same arrival buffer every policy waits
+    wait = [by_name[j.name]["start_s"] - by_name[j.name]["arrival_s"] for j in jobs]
+    floor = [by_name[j.name]["jct_s"] / alpha - w for j, w in zip(jobs, wait, strict=True)]
+    out = best_schedule([j.spec.iterations * j.spec.batch_size for j in jobs], options,
+                        floor)
+    ref = balance_run["aggregate_throughput"]
+    out.update(sum_ratio=out["sum"] / ref, sum_upper_ratio=out["sum_upper"] / ref,
+               alpha=alpha, pause=pause,
+               order=[jobs[i].name for i in out["order"]] if out["order"] else None,
+               ends={j.name: c for j, c in zip(jobs, out["ends"], strict=True)}
+               if out["ends"] else None)
+    return out
