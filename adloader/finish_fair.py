@@ -32,7 +32,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from adloader.fair_allocation import DEFAULT_ALPHA, balance_plan, check_alpha, fair
+from adloader.fair_allocation import DEFAULT_ALPHA, check_alpha, fair
+from adloader.shadow_balance import ShadowBalance
 
 EPS = 1e-9
 RHOS = (0.99, 0.5, 0.05)  # ρ tried in turn: each rank of priority against the one before
@@ -127,28 +128,10 @@ def forward(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray, capacity: 
 def balance_ends(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray,
                  capacity: int) -> np.ndarray:
     """Each job's completion from now were balance to run the jobs present to the end."""
-    n = len(mu)
-    left = remaining.astype(float).copy()
-    ends = np.full(n, np.inf)
-    alive = list(range(n))
-    t = 0.0
-    while alive:
-        idx = np.array(alive)
-        m = len(idx)
-        d = balance_plan(m, capacity) if capacity >= m else \
-            (np.arange(m) < capacity).astype(np.int64)
-        rate = _rates(mu[idx], table, d)
-        if not (rate > 0).any():
-            break
-        need = np.where(rate > 0, left[idx] / np.maximum(rate, EPS), np.inf)
-        dt = float(need.min())
-        left[idx] -= rate * dt
-        t += dt
-        gone = {int(i) for i, k in zip(idx, need, strict=True) if k <= dt * (1 + 1e-12) + EPS}
-        for i in gone:
-            ends[i] = t
-        alive = [i for i in alive if i not in gone]
-    return ends
+    shadow = ShadowBalance(capacity, table)
+    shadow.observe(0.0, [(str(i), mu[i], remaining[i]) for i in range(len(mu))])
+    ends = shadow.ends()
+    return np.array([ends.get(str(i), np.inf) for i in range(len(mu))])
 
 
 def _order(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray) -> list[int]:

@@ -70,7 +70,6 @@ class Scheduler(EndingsMixin):
         self.shadow: ShadowBalance | None = None  # balance beside the real run (``ftf``)
         if replans_at_completion(policy):
             self.completion_window_s = 0.0
-            self.shadow = ShadowBalance(capacity, model.loading_table(capacity))
         self.heartbeat_s, self.lost_timeout_s = heartbeat_s, lost_timeout_s
         self.max_jobs_per_gpu = max_jobs_per_gpu
         self.cancel_grace_s = cancel_grace_s
@@ -81,6 +80,8 @@ class Scheduler(EndingsMixin):
         self.ended: dict[str, str] = {}  # terminal jobs of earlier daemons: id -> state
         self.flush_at: float | None = None
         self.set_model(model)
+        if replans_at_completion(policy):
+            self.shadow = ShadowBalance(self.capacity, self.table)
 
     def set_model(self, model: ThroughputModel, table=None) -> None:
         """Use ``model`` from now on (``table``: its loading table, if made already — making

@@ -7,6 +7,7 @@ re-plan the moment a job finishes, and look again when a job runs past what it s
 from __future__ import annotations
 
 import pytest
+from test_scheduler import Clock  # the hand-moved clock of the scheduler tests
 
 from adloader.daemon.live import LiveJob
 from adloader.daemon.scheduler import REVIEW_MIN_S, Scheduler
@@ -15,14 +16,6 @@ from adloader.protocol import Finish, Heartbeat, JobFeatures, Register
 
 SMALL = {"batch_size": 32, "gpus": 1, "flops_g": 0.3, "params_m": 1.0}  # GPU-light: loading-bound
 CAPACITY, GPUS, WINDOW = 12, 4, 5.0
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
