@@ -11,7 +11,8 @@ Exact for the plan it solves: T concave increasing in d makes t_i = S_i/T_i conv
 decreasing, so per node total D the C−N largest marginal savings t_i(k) − t_i(k+1) (a prefix
 of each row) are optimal; a plan for D stays as good at its own total Σd ≤ D (λ never grows
 with D), so the best D wins. Rows that are not concave fall back to the same greedy, which is
-then a heuristic. O(C·N·C) numpy work: meant for a node's tens of jobs, not thousands.
+then a heuristic. Each job can take at most C − N workers beyond its floor, so only those
+columns are read: O((C − N)·N·(C − N)) numpy work (1,000 jobs × 1,024 workers: ~1 ms).
 """
 
 from __future__ import annotations
@@ -32,6 +33,21 @@ def predicted_times(remaining: np.ndarray, mu: np.ndarray, row: np.ndarray,
     return remaining / np.maximum(rate, EPS)
 
 
+def _lowest(mu: np.ndarray, row: np.ndarray, floor: np.ndarray | None,
+            n: int) -> np.ndarray | None:
+    """Each job's fewest workers meeting its floor on the row λ(·; D) (1 without a floor);
+    None when one cannot. A search on a row that never falls, else a scan of the row."""
+    if floor is None:
+        return np.ones(n, dtype=np.int64)
+    if (np.diff(row[1:]) >= 0).all():
+        reach = np.minimum(mu, row[-1]) >= floor
+        lo = np.searchsorted(row[1:], floor, side="left") + 1
+        lo = np.where(mu >= floor, lo, len(row))  # μ below its floor: never (not met here)
+        return lo.astype(np.int64) if reach.all() else None
+    ok = np.minimum(mu[:, None], row[None, 1:]) >= floor[:, None]
+    return (ok.argmax(axis=1) + 1).astype(np.int64) if ok.any(axis=1).all() else None
+
+
 def jct(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA) -> dict[str, int]:
     """argmin Σ S_i / T_i(d_i) over d_i ≥ 1, Σd ≤ C, T_i ≥ α·b_i (see the module)."""
     n = len(jobs)
@@ -45,21 +61,17 @@ def jct(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA) ->
     best_value, best_plan = np.inf, None
     for node in range(n, capacity + 1):
         row = np.asarray(loading[node, : node + 1], float)
-        rate = np.minimum(mu[:, None], row[None, 1:])  # (N, node): T_i at d = 1..node
-        if floor is not None:
-            ok = rate >= floor[:, None]
-            if not ok.any(axis=1).all():
-                continue  # some job cannot get its floor at this total
-            lo = ok.argmax(axis=1) + 1  # first d meeting the floor (rates rise with d)
-        else:
-            lo = np.ones(n, dtype=int)
+        lo = _lowest(mu, row, floor, n)
+        if lo is None:
+            continue  # some job cannot get its floor at this total
         extra = node - int(lo.sum())
         if extra < 0:
             continue
+        # each job can take at most ``extra`` more: only d = lo..lo + extra matter
+        d = lo[:, None] + np.arange(extra + 1)[None, :]
+        rate = np.minimum(mu[:, None], row[np.minimum(d, node)])
         times = remaining[:, None] / np.maximum(rate, EPS)
-        saving = times[:, :-1] - times[:, 1:]  # t(k) − t(k+1), k = 1..node−1
-        k = np.arange(1, node)[None, :]
-        saving = np.where(k >= lo[:, None], saving, -np.inf)  # below the floor: given
+        saving = np.where(d[:, 1:] <= node, times[:, :-1] - times[:, 1:], -np.inf)
         flat = saving.ravel()
         take = min(extra, int(np.sum(flat > EPS)))
         plan = lo.copy()

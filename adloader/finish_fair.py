@@ -33,7 +33,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from adloader.fair_allocation import DEFAULT_ALPHA, check_alpha, fair
+from adloader.priority_plan import PlanCache, priority_plan
 from adloader.shadow_balance import ShadowBalance
+
+__all__ = ["balance_ends", "forward", "ftf", "priority_plan"]
 
 EPS = 1e-9
 RHOS = (0.99, 0.5, 0.05)  # ρ tried in turn: each rank of priority against the one before
@@ -41,87 +44,40 @@ MAX_JOBS = 64
 SLACK = 0.05  # a plan must end every job this share of its deadline early
 
 
-def _rates(mu: np.ndarray, table: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """T_i = min(B_i·μ_i, λ(d_i; Σd)); 0 with no worker."""
-    node = int(d.sum())
-    return np.where(d > 0, np.minimum(mu, table[node, d]), 0.0)
-
-
-def priority_plan(mu: np.ndarray, table: np.ndarray, capacity: int,
-                  rho: float = 0.99) -> np.ndarray:
-    """Workers for jobs given in priority order: max Σ ρ^k·T_k (k: the job's rank, ρ = rho),
-    one worker each (the first C when C < N). Near 1, ρ keeps the node's total nearly the
-    most it can be and, among such plans, gives the earlier job more.
-
-    Per node total D the ``D − N`` largest weighted gains ρ^k·ΔT_k(d; D) (concave rows: a
-    prefix of each job's) are taken — every D at once, one sort — and the best D wins, ties
-    to fewer workers. Exact on rows concave in d, as the TPM's are."""
-    n = len(mu)
-    if capacity < n:
-        return (np.arange(n) < capacity).astype(np.int64)
-    w = rho ** np.arange(n)
-    width = capacity - n + 1  # the most workers one job can have
-    rows = table[n : capacity + 1, 1 : width + 1]  # λ(d; D), D = N..C, d = 1..width
-    rate = np.minimum(mu[None, :, None], rows[:, None, :])
-    base = (w[None, :] * rate[:, :, 0]).sum(axis=1)  # one worker each
-    if width > 1:  # every D at once: the D − N largest weighted gains, valued at λ(·; D)
-        gain = w[None, :, None] * np.diff(rate, axis=2)
-        k = np.arange(len(rows))
-        gain = np.where(np.arange(width - 1)[None, None, :] < k[:, None, None], gain, 0.0)
-        top = -np.sort(-np.maximum(gain.reshape(len(rows), -1), 0.0), axis=1)
-        cum = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(top, axis=1)], axis=1)
-        base = base + cum[k, np.minimum(k, cum.shape[1] - 1)]
-    node = n + int(np.argmax(base >= base.max() - 1e-9 * max(1.0, abs(base.max()))))
-    rate = np.minimum(mu[:, None], table[node, 1 : node + 1][None, :])  # that D's plan
-    gain = w[:, None] * np.diff(rate, axis=1)
-    d = np.ones(n, dtype=np.int64)
-    if gain.size:  # equal gains: the smaller d first, so each job's taken is a prefix
-        gain -= np.arange(gain.shape[1])[None, :] * 1e-12 * (1.0 + abs(gain).max())
-        flat = gain.ravel()
-        take = min(node - n, int(np.count_nonzero(flat > EPS)))
-        if take > 0:
-            chosen = np.argpartition(-flat, take - 1)[:take]
-            d += np.bincount(chosen // gain.shape[1], minlength=n)
-    return d
-
-
 def forward(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray, capacity: int,
-            order: Sequence[int], window: float = 0.0,
-            rho: float = 0.99) -> tuple[np.ndarray, np.ndarray]:
+            order: Sequence[int], window: float = 0.0, rho: float = 0.99,
+            plans: PlanCache | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(completion of each job from now, the plan now) when ``priority_plan`` runs the jobs
     in ``order`` to the end, re-planned ``window`` s after each completion."""
+    plans = plans if plans is not None else PlanCache.of(np.asarray(table, float), capacity)
     n = len(mu)
     left = remaining.astype(float).copy()
     ends = np.full(n, np.inf)
-    alive = [int(i) for i in order]
-    t, first, held = 0.0, None, None  # held: the plan kept through a window
-    while alive:
-        idx = np.array(alive)
-        if held is None:
-            d = priority_plan(mu[idx], table, capacity, rho)
+    alive = np.asarray(order, dtype=np.int64)
+    workers = np.zeros(n, dtype=np.int64)  # the plan in force; 0 for jobs done
+    t, first, until = 0.0, None, -np.inf  # until: the plan is kept through a window
+    while alive.size:
+        if t >= until - EPS:
+            workers[:] = 0
+            workers[alive] = plans.plan(mu[alive], rho)
             if first is None:
-                first = np.zeros(n, dtype=np.int64)
-                first[idx] = d
-            held = (dict(zip(alive, d.tolist(), strict=True)), np.inf)
-        plan_now, until = held
-        d = np.array([plan_now.get(i, 0) for i in alive], dtype=np.int64)
-        rate = _rates(mu[idx], table, d)
+                first = workers.copy()
+            until = np.inf
+        d = workers[alive]
+        rate = np.where(d > 0, np.minimum(mu[alive], table[int(workers.sum()), d]), 0.0)
         with np.errstate(divide="ignore"):
-            need = np.where(rate > 0, left[idx] / np.maximum(rate, EPS), np.inf)
+            need = np.where(rate > 0, left[alive] / np.maximum(rate, EPS), np.inf)
         dt = min(float(need.min()), until - t)
         if not np.isfinite(dt):
             break  # nothing runs (C = 0): every end stays inf
-        left[idx] -= rate * dt
+        left[alive] -= rate * dt
         t += dt
-        gone = [i for i, k in zip(alive, need, strict=True) if k <= dt * (1 + 1e-12) + EPS]
-        for i in gone:
-            ends[i] = t
-        alive = [i for i in alive if i not in gone]
-        if gone:
-            plan_kept = {i: v for i, v in plan_now.items() if i not in gone}
-            held = (plan_kept, t + window) if window > 0 else None
-        elif t >= until - EPS:
-            held = None
+        done = need <= dt * (1 + 1e-12) + EPS
+        if done.any():
+            ends[alive[done]] = t
+            workers[alive[done]] = 0
+            alive = alive[~done]
+            until = t + window if window > 0 else -np.inf
     return ends, (first if first is not None else np.zeros(n, dtype=np.int64))
 
 
@@ -161,13 +117,14 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
         projected = balance_ends(mu, remaining, table, capacity) / max(alpha, EPS)
         given = [projected[i] if g is None else g for i, g in enumerate(given)]
     deadline = np.array(given, dtype=float) * (1 - slack) if alpha > 0 else np.full(n, np.inf)
+    plans = PlanCache.of(table, capacity)
     srpt = _order(mu, remaining, table)
     edf = sorted(range(n), key=lambda i: deadline[i])
     for rho in RHOS:  # nearly the most Σ T first; stronger priority when a deadline needs it
         for start in (srpt, edf):
             order = list(start)
             for _ in range(2 * n):
-                ends, now = forward(mu, remaining, table, capacity, order, window, rho)
+                ends, now = forward(mu, remaining, table, capacity, order, window, rho, plans)
                 late = [p for p, i in enumerate(order) if ends[i] > deadline[i] + EPS]
                 if not late:
                     return {j.name: int(now[i]) for i, j in enumerate(jobs)}

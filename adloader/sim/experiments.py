@@ -272,14 +272,20 @@ def allocation_timing(jobs: int = 1000, capacity: int = 1024, repeats: int = 7,
 
 
 def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
-    """``optimal``, one-call ``fair`` (and ``ftf`` on a small node: past ``MAX_JOBS`` it is
-    ``fair``) on each instance, and a warm ``fair`` solver re-solving it."""
+    """``optimal``, one-call ``fair``, ``jct`` (and ``ftf`` on a small node: past ``MAX_JOBS``
+    it is ``fair``) on each instance, each on a fresh copy of the table (``ftf`` keeps its
+    plans a table: cold); then warm ``fair`` and ``ftf`` re-solving it after the last
+    decision (``before``) was made on the same table, untimed."""
     from adloader.finish_fair import MAX_JOBS
 
+    small = len(afters[-1]) <= MAX_JOBS
     rows = []
-    for name in ("optimal", "fair") + (("ftf",) if len(afters[-1]) <= MAX_JOBS else ()):
+    for name in ("optimal", "fair", "jct") + (("ftf",) if small else ()):
         policy = get_policy(name)
-        runs = [_timed(lambda p=policy, a=a: p(a, capacity, table)) for a in afters]
+        runs = []
+        for after in afters:
+            own = table.copy()
+            runs.append(_timed(lambda p=policy, a=after, t=own: p(a, capacity, t)))
         rows.append(_row(name, case, afters[-1], capacity, table, [t for t, _ in runs],
                          runs[-1][1]))
     times = []
@@ -289,6 +295,14 @@ def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
         took, plan = _timed(lambda s=solver, a=after, p=previous: s.allocate(a, capacity, p))
         times.append(took)
     rows.append(_row("fair, warm re-solve", case, afters[-1], capacity, table, times, plan))
+    if small:
+        ftf, times = get_policy("ftf"), []
+        for after in afters:
+            own = table.copy()
+            ftf(before, capacity, own)  # the last decision, untimed: its plans are kept
+            took, plan = _timed(lambda a=after, t=own: ftf(a, capacity, t))
+            times.append(took)
+        rows.append(_row("ftf, warm re-solve", case, afters[-1], capacity, table, times, plan))
     return rows
 
 

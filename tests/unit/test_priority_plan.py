@@ -1,0 +1,103 @@
+"""The priority plan: the fast way on linear rows against the general one and against
+exhaustive search; the general one on rows that are concave but not linear; the cache."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from adloader.priority_plan import (
+    PlanCache,
+    general_plan,
+    linear_plan,
+    linear_rows,
+    priority_plan,
+)
+from adloader.sim import synth
+from adloader.sim.device_profile import load_profile
+from adloader.sim.experiments import _loading_table
+
+
+def staged(capacity: int, per_worker: float, knee: int, slope: float) -> np.ndarray:
+    """λ(d; D) = d/D·L(D), L rising per_worker a worker up to the knee, slope after."""
+    node = np.arange(capacity + 1, dtype=float)
+    total = per_worker * np.minimum(node, knee) + slope * np.maximum(node - knee, 0)
+    d = node[None, :]
+    return np.where(d <= node[:, None], d / np.maximum(node[:, None], 1) * total[:, None], 0.0)
+
+
+def rooted(capacity: int, per_worker: float, contention: float) -> np.ndarray:
+    """λ(d; D) = per_worker·√d/(1 + c·D): concave in d, not linear."""
+    d = np.arange(capacity + 1, dtype=float)[None, :]
+    node = np.arange(capacity + 1, dtype=float)[:, None]
+    return per_worker * np.sqrt(d) / (1.0 + contention * node)
+
+
+def value(plan, mu, table, rho):
+    d = np.asarray(plan)
+    return float(((rho ** np.arange(len(mu))) * np.minimum(mu, table[d.sum(), d])).sum())
+
+
+def brute(mu, table, capacity, rho):
+    return max(value(p, mu, table, rho)
+               for p in itertools.product(range(1, capacity + 1), repeat=len(mu))
+               if sum(p) <= capacity)
+
+
+def test_the_tpms_tables_are_linear_in_d():
+    assert linear_rows(_loading_table(64)) is not None
+    assert linear_rows(staged(20, 100.0, 6, 30.0)) is not None
+    model = synth.fitted_model(load_profile("paper"), 0)  # the staged TPM, as fitted
+    assert model.loading.regressor == "staged"
+    assert linear_rows(model.loading_table(18)) is not None
+    assert linear_rows(rooted(12, 100.0, 0.05)) is None  # concave, not linear: the general way
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("rho", [0.99, 0.5, 0.05])
+def test_the_fast_way_agrees_with_the_general_one(seed, rho):
+    rng = np.random.default_rng(seed)
+    capacity = int(rng.integers(4, 70))
+    n = int(rng.integers(1, min(capacity, 20) + 1))
+    table = staged(capacity, float(rng.uniform(20, 150)), int(rng.integers(1, capacity + 1)),
+                   float(rng.uniform(0, 40)))
+    a, g = linear_rows(table)
+    mu = rng.uniform(5, 900, n)
+    mu[rng.random(n) < 0.2] = float(table[capacity, 1]) * int(rng.integers(1, 4))  # exact steps
+    fast, slow = linear_plan(mu, a, g, capacity, rho), general_plan(mu, table, capacity, rho)
+    assert fast.min() >= 1 and fast.sum() <= capacity
+    assert value(fast, mu, table, rho) == pytest.approx(value(slow, mu, table, rho), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("rho", [0.99, 0.5])
+def test_each_way_is_the_weighted_optimum(seed, rho):
+    rng = np.random.default_rng(100 + seed)
+    n, capacity = int(rng.integers(2, 4)), int(rng.integers(4, 10))
+    mu = rng.uniform(60, 500, n)
+    linear = staged(capacity, float(rng.uniform(50, 150)), int(rng.integers(1, capacity)),
+                    float(rng.uniform(0, 30)))
+    concave = rooted(capacity, float(rng.uniform(80, 200)), float(rng.uniform(0, 0.1)))
+    for table in (linear, concave):
+        got = priority_plan(mu, table, capacity, rho)
+        assert value(got, mu, table, rho) == pytest.approx(brute(mu, table, capacity, rho),
+                                                           rel=1e-6)
+
+
+def test_fewer_workers_than_jobs_go_to_the_first():
+    table = _loading_table(8)
+    assert priority_plan(np.full(10, 100.0), table, 8).tolist() == [1] * 8 + [0, 0]
+
+
+def test_the_cache_follows_its_table():
+    table = _loading_table(16)
+    cache = PlanCache.of(table, 16)
+    assert PlanCache.of(table, 16) is cache and PlanCache.of(table, 15) is not cache
+    plan = cache.plan(np.array([500.0, 80.0]))
+    assert cache.plan(np.array([500.0, 80.0])) is plan  # asked again: the same plan
+    with pytest.raises(ValueError):
+        plan[0] = 3  # shared: read-only
+    table[:] *= 0.5  # changed in place: a new cache, plans made on the new values
+    assert PlanCache.of(table, 16) is not cache
