@@ -132,11 +132,30 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
         else:
             os.environ["ADLOADER_STEP_PROFILE"] = env_before
     summary = summarise_rounds(runs, cfg.policies)
+    limits = predicted_limits(cfg, profile, trace, capacity)
     mode = (f"real training on {torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
             if cuda else f"GPU steps emulated, the paper's × {cfg.step_scale:g}")
     return {"config": dataclasses.asdict(cfg), "capacity": capacity, "workdir": str(root),
             "mode": mode, "gpus": trace.gpus,
-            "profile": str(profile), "summary": summary, "runs": runs}
+            "profile": str(profile), "summary": summary, "limits": limits, "runs": runs}
+
+
+def predicted_limits(cfg: LiveConfig, profile_path: Path, trace: Trace, capacity: int) -> dict:
+    """What no schedule of this mix can beat on this node, with its measured profile as the
+    truth (a prediction, not a measurement): ``balance`` simulated on the profile, then
+    ``experiments.schedule_limits`` against that run."""
+    from adloader.sim import experiments, synth
+    from adloader.sim.simulator import SimConfig, simulate
+
+    profile = load_profile(str(profile_path))
+    model = synth.fitted_model(profile, 0)
+    scaled = trace.model_copy(update={"jobs": tuple(
+        j.model_copy(update={"iterations": max(1, round(j.iterations * cfg.iterations_scale))})
+        for j in trace.jobs)})
+    config = SimConfig(policy="balance", capacity=capacity, arrival_window_s=cfg.window_s,
+                       completion_window_s=cfg.window_s)
+    balance = simulate(scaled, profile, model, config).to_json()
+    return experiments.schedule_limits(scaled, profile, model, balance, base=config)
 
 
 TARGETS = {"paired_ratio": (">=", 1.30), "makespan_paired": ("<=", 0.90),

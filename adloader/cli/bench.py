@@ -32,7 +32,7 @@ def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
                      cores: int | None = None, model_path: str | None = None,
                      prediction_error: float = 0.0) -> int:
     """Fig. 3's static mix under every policy, with and without reallocation."""
-    from adloader.sim import experiments, schedule_oracle
+    from adloader.sim import experiments
     from adloader.sim.simulator import LIVE_RESIZE_S
     from adloader.sim.trace import load_trace
 
@@ -64,21 +64,11 @@ def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
                               f"{p['throughput_ratio']:.3f}", f"{p['worst_ratio']:.3f}"]
                              for p in frontier], left=1))
     ref = next(r for r in runs if r["policy"] == "balance" and not r["realloc"])
-    bound = experiments.static_bounds(load_trace("paper-static", profile.gpus), profile, model,
-                                      ref, base=config)
-    ok = "no schedule meets it" if not bound["feasible"] else \
-        f"at most {bound['sum_ub_ratio']:.3f}× balance's Σ"
-    out.print(f"over every schedule (allocations free to change over time, ground truth): "
-              f"makespan ≥ {bound['makespan_lb']:.0f} s = {bound['makespan_lb_ratio']:.3f}× "
-              f"balance's; with every job ≥ {bound['alpha']:g}× its balance rate, {ok}")
-    lps = [schedule_oracle.static_schedule_oracle(load_trace("paper-static", profile.gpus),
-                                                  profile, model, ref, pause=pause,
-                                                  base=config) for pause in (False, True)]
-    out.print("best schedule with every job ≥ 0.95× its balance rate (LP over completion "
-              "orders, ground truth, switching free): " + "; ".join(
-                  f"{'jobs may pause' if o['pause'] else 'every job keeps a worker'}: Σ "
-                  f"{o['sum_ratio']:.3f}× balance reached, ≤ {o['sum_upper_ratio']:.3f}×"
-                  for o in lps if o["feasible"]))
+    limits = experiments.schedule_limits(load_trace("paper-static", profile.gpus), profile,
+                                         model, ref, base=config)
+    for line in limits_text(limits, "ground truth"):
+        out.print(line)
+    bound, lps = limits["bounds"], limits["schedule_lp"]
     for r in runs:
         r["bounds"], r["schedule_lp"] = bound, lps
     shown = [r for r in runs if r["paper_setting"] and r["policy"] in ("balance", "waa",
@@ -86,6 +76,21 @@ def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
     _output.save(json_path, runs)
     _output.plot(plot_path, shown, f"bench static, profile {profile.name}")
     return 0
+
+
+def limits_text(limits: dict, truth: str) -> list[str]:
+    """Two lines for ``experiments.schedule_limits``: the bounds, then the best schedule."""
+    bound = limits["bounds"]
+    ok = "no schedule meets it" if not bound["feasible"] else \
+        f"at most {bound['sum_ub_ratio']:.3f}× balance's Σ"
+    return [f"over every schedule (allocations free to change over time, {truth}): makespan ≥ "
+            f"{bound['makespan_lb']:.0f} s = {bound['makespan_lb_ratio']:.3f}× balance's; with "
+            f"every job ≥ {bound['alpha']:g}× its balance rate, {ok}",
+            f"best schedule with every job ≥ {bound['alpha']:g}× its balance rate (LP over "
+            f"completion orders, {truth}, switching free): " + "; ".join(
+                f"{'jobs may pause' if o['pause'] else 'every job keeps a worker'}: Σ "
+                f"{o['sum_ratio']:.3f}× balance reached, ≤ {o['sum_upper_ratio']:.3f}×"
+                for o in limits["schedule_lp"] if o["feasible"])]
 
 
 def _intro(out, profile, config) -> None:
@@ -261,6 +266,9 @@ def bench_live(args) -> int:
          for r in summary]))
     console.print("targets (issue \"Fair and fast\"): Σ ≥ 1.30×, makespan ≤ 0.90×, mean JCT "
                   "≤ 0.85×, every job ≥ 0.95×; spread: min–max of Σ × balance over rounds")
+    for line in limits_text(result["limits"], "this node's measured profile as the truth, "
+                            "against balance simulated on it"):
+        console.print(line)
     _output.save(args.json, result)
     last = {r["policy"]: r for r in result["runs"]}  # the last round of each policy
     _output.plot(args.plot, list(last.values()), "bench live (real jobs)")

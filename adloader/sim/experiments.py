@@ -124,6 +124,20 @@ def static_bounds(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     return out
 
 
+def schedule_limits(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                    balance_run: dict, alpha: float = 0.95,
+                    base: SimConfig | None = None) -> dict:
+    """What no schedule of the jobs present at t = 0 can beat against ``balance_run``:
+    ``static_bounds`` (makespan, Σ under the floor) and the schedule LP with every job
+    keeping a worker and with pausing allowed (``static_schedule_oracle``)."""
+    from adloader.sim.schedule_oracle import static_schedule_oracle
+
+    return {"bounds": static_bounds(trace, profile, model, balance_run, alpha, base),
+            "schedule_lp": [static_schedule_oracle(trace, profile, model, balance_run, alpha,
+                                                   pause=pause, base=base)
+                            for pause in (False, True)]}
+
+
 def correction_runs(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
                     job: str, factor: float = 2.0, policy: str = "fair",
                     base: SimConfig | None = None) -> list[dict]:

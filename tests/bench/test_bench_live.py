@@ -65,6 +65,23 @@ def test_quick_bench_live_runs_real_daemons_and_reports_ratios(tmp_path):
     for run in result["runs"]:
         assert [job["state"] for job in run["jobs"]] == ["finished"] * 3
         assert run["aggregate_throughput"] > 0
+    assert result["limits"]["bounds"]["makespan_lb"] > 0
+    assert "over every schedule" in proc.stdout and "best schedule" in proc.stdout
+
+
+def test_the_limits_are_those_of_the_scaled_mix_on_the_profile():
+    """Balance is one schedule: no bound may claim it impossible; the LP's reached Σ stays
+    under its own bound; halving the iterations halves the makespan bound."""
+    from adloader.bench.live import LiveConfig, predicted_limits
+
+    trace = load_trace("paper-static")
+    full = predicted_limits(LiveConfig(iterations_scale=0.2), "paper", trace, 6)
+    half = predicted_limits(LiveConfig(iterations_scale=0.1), "paper", trace, 6)
+    bound = full["bounds"]
+    assert 0 < bound["makespan_lb_ratio"] <= 1 + 1e-9 and bound["sum_ub_ratio"] >= 1 - 1e-9
+    for lp in full["schedule_lp"]:
+        assert lp["feasible"] and lp["sum_ratio"] <= lp["sum_upper_ratio"] + 1e-9
+    assert half["bounds"]["makespan_lb"] == pytest.approx(bound["makespan_lb"] / 2, rel=0.02)
 
 
 def test_bench_live_refuses_bad_settings():
