@@ -22,7 +22,7 @@ class DaemonConfig:
     state_dir: str = ""  # SQLite file, token file, job logs ("" = ~/.local/state/adloader)
     endpoint: str = ""  # ZeroMQ ROUTER ("" = ipc://STATE_DIR/control.sock)
     socket_group: str = ""  # group whose members' jobs may connect ("" = the daemon's user)
-    policy: str = "fair"  # allocation.DEFAULT_POLICY; allocation.POLICIES, fair:α, jct:α, ftf:α
+    policy: str = "ftf"  # allocation.DEFAULT_POLICY; allocation.POLICIES, fair:α, jct:α, ftf:α
     capacity: int = 0  # loading workers of the node (0 = logical cores)
     gpus: int = 0  # GPUs of the node (0 = CUDA devices, at least 1)
     jobs_per_gpu: int = 2  # jobs that may time-share one GPU

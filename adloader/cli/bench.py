@@ -90,7 +90,9 @@ def limits_text(limits: dict, truth: str) -> list[str]:
             f"completion orders, {truth}, switching free): " + "; ".join(
                 f"{'jobs may pause' if o['pause'] else 'every job keeps a worker'}: Σ "
                 f"{o['sum_ratio']:.3f}× balance reached, ≤ {o['sum_upper_ratio']:.3f}×"
-                for o in limits["schedule_lp"] if o["feasible"])]
+                if o["feasible"] else
+                f"{'jobs may pause' if o['pause'] else 'every job keeps a worker'}: none"
+                for o in limits["schedule_lp"])]
 
 
 def _intro(out, profile, config) -> None:

@@ -213,7 +213,7 @@ SETTINGS = {
     "--host": ("host", str, "REST address (loopback unless a token was provisioned)"),
     "--port": ("port", int, "REST port (default 7070)"),
     "--state-dir": ("state_dir", str, "state folder (default ~/.local/state/adloader)"),
-    "--policy": ("policy", str, "allocation policy (default optimal)"),
+    "--policy": ("policy", str, "allocation policy: ftf (default), fair, jct, optimal, waa, …"),
     "--capacity": ("capacity", int, "loading workers of the node (default: the cores)"),
     "--gpus": ("gpus", int, "GPUs of the node (default: CUDA's, else 4 emulated)"),
     "--jobs-per-gpu": ("jobs_per_gpu", int, "jobs that may time-share one GPU (default 2)"),

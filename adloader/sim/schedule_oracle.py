@@ -58,7 +58,7 @@ def static_schedule_oracle(trace: Trace, profile: DeviceProfile, model: Throughp
                     for i, j in zip(subset, members, strict=True):
                         row[i] = rates[j.name] * j.spec.batch_size
                     rows.append(row)
-        return np.array(rows)
+        return np.array(rows).reshape(len(rows), n)  # none: C < jobs that must keep one
 
     by_name = {j["name"]: j for j in balance_run["jobs"]}
     # a job's ratio is balance's JCT over its own, both from its arrival; the LP's C_i

@@ -82,6 +82,9 @@ def test_the_limits_are_those_of_the_scaled_mix_on_the_profile():
     for lp in full["schedule_lp"]:
         assert lp["feasible"] and lp["sum_ratio"] <= lp["sum_upper_ratio"] + 1e-9
     assert half["bounds"]["makespan_lb"] == pytest.approx(bound["makespan_lb"] / 2, rel=0.02)
+    # fewer workers than jobs: no schedule keeps a worker for every job, said, not raised
+    short = predicted_limits(LiveConfig(iterations_scale=0.03), "paper", trace, 2)
+    assert not next(lp for lp in short["schedule_lp"] if not lp["pause"])["feasible"]
 
 
 def test_bench_live_refuses_bad_settings():
