@@ -42,7 +42,6 @@ def _lowest(mu: np.ndarray, row: np.ndarray, floor: np.ndarray | None,
     if (np.diff(row[1:]) >= 0).all():
         reach = np.minimum(mu, row[-1]) >= floor
         lo = np.searchsorted(row[1:], floor, side="left") + 1
-        lo = np.where(mu >= floor, lo, len(row))  # μ below its floor: never (not met here)
         return lo.astype(np.int64) if reach.all() else None
     ok = np.minimum(mu[:, None], row[None, 1:]) >= floor[:, None]
     return (ok.argmax(axis=1) + 1).astype(np.int64) if ok.any(axis=1).all() else None

@@ -88,10 +88,9 @@ def limits_text(limits: dict, truth: str) -> list[str]:
             f"every job ≥ {bound['alpha']:g}× its balance rate, {ok}",
             f"best schedule with every job ≥ {bound['alpha']:g}× its balance rate (LP over "
             f"completion orders, {truth}, switching free): " + "; ".join(
-                f"{'jobs may pause' if o['pause'] else 'every job keeps a worker'}: Σ "
-                f"{o['sum_ratio']:.3f}× balance reached, ≤ {o['sum_upper_ratio']:.3f}×"
-                if o["feasible"] else
-                f"{'jobs may pause' if o['pause'] else 'every job keeps a worker'}: none"
+                ("jobs may pause: " if o["pause"] else "every job keeps a worker: ")
+                + (f"Σ {o['sum_ratio']:.3f}× balance reached, ≤ {o['sum_upper_ratio']:.3f}×"
+                   if o["feasible"] else "none")
                 for o in limits["schedule_lp"])]
 
 

@@ -11,7 +11,8 @@ import pytest
 from adloader.allocation import JobDemand, get_policy, replans_at_completion
 from adloader.errors import InputError
 from adloader.fair_allocation import fair
-from adloader.finish_fair import balance_ends, forward, ftf, priority_plan
+from adloader.finish_fair import balance_ends, forward, ftf
+from adloader.priority_plan import priority_plan
 from adloader.shadow_balance import ShadowBalance
 from adloader.sim.experiments import job_ratios, random_mixes
 from adloader.sim.simulator import SimConfig, simulate
