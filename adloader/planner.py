@@ -43,6 +43,7 @@ class PlanJob:
     gpu_ids: tuple[int, ...] = ()  # running: where it is; waiting: where it must go, if pinned
     requested: int | None = None
     rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (``adloader.correction``)
+    length_known: bool = True  # it stated its iterations (``ftf`` plans on them)
 
 
 @dataclass
@@ -165,8 +166,10 @@ def plan(
 def _ftf(policy: str, active, wanted: list[JobDemand], placement, model, capacity: int,
          table: np.ndarray, now: float | None, shadow, window: float):
     """``ftf`` with its deadlines from ``shadow``; then twice more with each job's GPU share
-    as the plan leaves it (a partner held to few workers leaves the GPU to it)."""
-    from adloader.fair_allocation import DEFAULT_ALPHA, balance_plan, check_alpha
+    as the plan leaves it (a partner held to few workers leaves the GPU to it). While a job
+    that stated no length is present, ``fair`` at the same α (deadlines and shortest-first
+    would rest on a guess); the shadow keeps following every job meanwhile."""
+    from adloader.fair_allocation import DEFAULT_ALPHA, balance_plan, check_alpha, fair
     from adloader.finish_fair import ftf
 
     alpha = check_alpha(policy[4:]) if ":" in policy else DEFAULT_ALPHA
@@ -178,6 +181,8 @@ def _ftf(policy: str, active, wanted: list[JobDemand], placement, model, capacit
         shadow.observe(now, [(d.name, d.training_rate, d.remaining) for d in shared])
         due = shadow.deadlines(now, alpha)
     wanted = [replace(d, deadline=due.get(d.name)) for d in wanted]
+    if not all(j.length_known for j in active):
+        return fair(wanted, capacity, table, alpha), wanted
     workers = ftf(wanted, capacity, table, alpha, window=window)
     for _ in range(2):
         again = demands(active, placement, model, table, workers)

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 
 from adloader import env as names
+from adloader import limits
 from adloader.errors import InputError
 from adloader.protocol import JobFeatures
 
@@ -54,6 +55,18 @@ def _watch_exit(master: JobMaster) -> None:
 
         sys.excepthook = hook
     _WATCHED.append(master)
+
+
+def stated_iterations(iterations: int | None, epochs: int | None, loader) -> int | None:
+    """The iterations the job states: given, or ``epochs`` × the loader's batches an epoch
+    (None when neither is known: an iterable dataset has no length)."""
+    if iterations is not None or not epochs:
+        return iterations
+    try:
+        total = int(epochs) * len(loader)
+    except TypeError:
+        return None
+    return min(total, limits.MAX_ITERATIONS) if total > 0 else None
 
 
 def _features(model, features, batch_size, gpus, iterations, loader, world_size,
@@ -123,7 +136,9 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
     ``miss_load()`` (its predicted cache misses; default: its data wait per batch).
     ``share_cache``: a name for the dataset (a ``CachedDataset`` under a seeded loader);
     jobs on the node naming the same dataset read through one node cache, sized by the
-    daemon (``--node-cache-mb``); ``epochs`` (or ``iterations``) says how far it reads.
+    daemon (``--node-cache-mb``); ``epochs`` (or ``iterations``) says how far it reads — and
+    how long the job runs, which the daemon's default policy plans on (a job stating neither
+    puts its node on ``fair`` while it runs).
     """
     endpoint = endpoint or os.environ.get(names.ENDPOINT) or None
     job = job or os.environ.get(names.JOB) or f"{socket.gethostname()}-{os.getpid()}-" \
@@ -139,7 +154,8 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
     workers = built if workers is None else workers
     rank, world_size = _rank_world()
     local_rank, local_world, _, _ = topology(rank, world_size)  # a node's part: its GPUs
-    feats = _features(model, features, batch_size, gpus, iterations, loader, local_world,
+    feats = _features(model, features, batch_size, gpus,
+                      stated_iterations(iterations, epochs, loader), loader, local_world,
                       sample_shape)
     if endpoint and feats is None and local_rank == 0:
         raise InputError(f"attach: job {job!r}: give model= (your torch model, or a zoo name "

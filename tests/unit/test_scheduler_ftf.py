@@ -80,3 +80,23 @@ def test_a_job_running_past_what_it_said_loses_its_lead_at_the_review(sched, clo
     # past its own deadline it can no longer lead: every job is held to fair's floor
     assert sched.jobs["liar"].workers <= sched.jobs["honest"].workers
     assert clock.now - deadline + 120.0 <= 2 * REVIEW_MIN_S + 2.0  # at the first review
+
+
+def test_a_job_that_states_no_length_puts_the_node_on_fair(paper_model, sched, clock):
+    """Deadlines and shortest-first would rest on a guess of its length: while it is there
+    the node plans as ``fair`` does; once it leaves, the short job leads again."""
+    other = Clock()
+    fair = Scheduler(capacity=CAPACITY, gpus=GPUS, policy="fair", model=paper_model,
+                     tokens=TokenDigest(b"k" * 32), arrival_window_s=WINDOW,
+                     completion_window_s=WINDOW, heartbeat_s=1.0, lost_timeout_s=60.0,
+                     max_jobs_per_gpu=1, cancel_grace_s=10.0, clock=other)
+    jobs = {"short": 2_000, "open": None, "long": 20_000}
+    start(sched, clock, jobs)
+    start(fair, other, jobs)
+    assert {k: j.workers for k, j in sched.jobs.items()} == \
+        {k: j.workers for k, j in fair.jobs.items()}
+    assert sched.jobs["short"].workers <= sched.jobs["long"].workers + 1  # no lead
+    sched.message(b"c-open", Finish(job="open", token="t-open", iterations=50))
+    sched.exited("open", 0)
+    sched.tick()
+    assert sched.jobs["short"].workers > sched.jobs["long"].workers  # ftf again
