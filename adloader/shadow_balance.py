@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adloader.fair_allocation import balance_plan
+from adloader.ftf_kernel import balance_run
 
 EPS = 1e-9
 
@@ -34,43 +34,24 @@ class ShadowBalance:
 
     def __init__(self, capacity: int, table):
         self.capacity = int(capacity)
-        self.table = np.asarray(table, dtype=float)
+        self.table = np.ascontiguousarray(table, dtype=np.float64)
         self.t: float | None = None
         self.jobs: dict[str, _Shadow] = {}
 
-    def _rates(self, names: list[str]) -> np.ndarray:
-        m = len(names)
-        d = balance_plan(m, self.capacity) if self.capacity >= m else \
-            (np.arange(m) < self.capacity).astype(np.int64)
-        cap = np.array([self.jobs[k].cap for k in names])
-        return np.where(d > 0, np.minimum(cap, self.table[int(d.sum()), d]), 0.0)
-
     def _run(self, until: float, commit: bool) -> dict[str, float]:
         """Balance from ``self.t`` to ``until`` (inf: to the end); the ends it reaches."""
-        left = {k: s.left for k, s in self.jobs.items() if s.end is None}
-        ends: dict[str, float] = {}
-        t = self.t if self.t is not None else until
-        while left and t < until:
-            names = list(left)
-            rate = self._rates(names)
-            if not (rate > 0).any():
-                break
-            need = np.where(rate > 0, np.array([left[k] for k in names]) /
-                            np.maximum(rate, EPS), np.inf)
-            dt = min(float(need.min()), until - t)
-            t += dt
-            for k, r, n in zip(names, rate, need, strict=True):
-                if n <= dt * (1 + 1e-12) + EPS:
-                    ends[k] = t
-                    del left[k]
-                else:
-                    left[k] -= r * dt
+        names = [k for k, s in self.jobs.items() if s.end is None]
+        if not names or self.t is None:
+            return {}
+        cap = np.array([self.jobs[k].cap for k in names], dtype=np.float64)
+        left = np.array([self.jobs[k].left for k in names], dtype=np.float64)
+        end, left = balance_run(cap, left, self.table, self.capacity, float(self.t),
+                                float(until))
+        ends = {k: float(e) for k, e in zip(names, end, strict=True) if np.isfinite(e)}
         if commit:
-            for k, s in self.jobs.items():
-                if k in ends:
-                    s.left, s.end = 0.0, ends[k]
-                elif s.end is None:
-                    s.left = left[k]
+            for k, rest, e in zip(names, left, end, strict=True):
+                s = self.jobs[k]
+                s.left, s.end = (0.0, float(e)) if np.isfinite(e) else (float(rest), None)
         return ends
 
     def observe(self, now: float, jobs: Iterable[tuple[str, float, float]]) -> None:

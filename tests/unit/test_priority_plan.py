@@ -1,5 +1,5 @@
-"""The priority plan: the fast way on linear rows against the general one and against
-exhaustive search; the general one on rows that are concave but not linear; the cache."""
+"""The priority plan: the way for linear rows against the one for concave rows and against
+exhaustive search; the concave one on rows that are not linear; which rows, kept a table."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from adloader.priority_plan import (
-    PlanCache,
-    general_plan,
-    linear_plan,
-    linear_rows,
-    priority_plan,
-)
+from adloader import ftf_kernel
+from adloader.priority_plan import Rows, linear_rows, priority_plan
 from adloader.sim import synth
 from adloader.sim.device_profile import load_profile
 from adloader.sim.experiments import _loading_table
@@ -66,7 +61,8 @@ def test_the_fast_way_agrees_with_the_general_one(seed, rho):
     a, g = linear_rows(table)
     mu = rng.uniform(5, 900, n)
     mu[rng.random(n) < 0.2] = float(table[capacity, 1]) * int(rng.integers(1, 4))  # exact steps
-    fast, slow = linear_plan(mu, a, g, capacity, rho), general_plan(mu, table, capacity, rho)
+    fast = ftf_kernel.plan(mu, rho, table, capacity, True, a, g)
+    slow = ftf_kernel.plan(mu, rho, table, capacity, False, a, g)  # read as concave rows
     assert fast.min() >= 1 and fast.sum() <= capacity
     assert value(fast, mu, table, rho) == pytest.approx(value(slow, mu, table, rho), rel=1e-9)
 
@@ -91,13 +87,11 @@ def test_fewer_workers_than_jobs_go_to_the_first():
     assert priority_plan(np.full(10, 100.0), table, 8).tolist() == [1] * 8 + [0, 0]
 
 
-def test_the_cache_follows_its_table():
+def test_the_rows_follow_their_table():
     table = _loading_table(16)
-    cache = PlanCache.of(table, 16)
-    assert PlanCache.of(table, 16) is cache and PlanCache.of(table, 15) is not cache
-    plan = cache.plan(np.array([500.0, 80.0]))
-    assert cache.plan(np.array([500.0, 80.0])) is plan  # asked again: the same plan
-    with pytest.raises(ValueError):
-        plan[0] = 3  # shared: read-only
-    table[:] *= 0.5  # changed in place: a new cache, plans made on the new values
-    assert PlanCache.of(table, 16) is not cache
+    rows = Rows.of(table, 16)
+    assert rows.linear
+    assert Rows.of(table, 16) is rows and Rows.of(table, 15) is not rows
+    table[:] = rooted(16, 100.0, 0.05)  # changed in place: read anew, now concave
+    again = Rows.of(table, 16)
+    assert again is not rows and not again.linear
