@@ -68,9 +68,10 @@ def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
                                          model, ref, base=config)
     for line in limits_text(limits, "ground truth"):
         out.print(line)
-    bound, lps = limits["bounds"], limits["schedule_lp"]
+    out.print(frontier_table(limits, "ground truth"))
     for r in runs:
-        r["bounds"], r["schedule_lp"] = bound, lps
+        r["bounds"], r["schedule_lp"] = limits["bounds"], limits["schedule_lp"]
+        r["frontier"] = limits["frontier"]
     shown = [r for r in runs if r["paper_setting"] and r["policy"] in ("balance", "waa",
                                                                         "optimal")]
     _output.save(json_path, runs)
@@ -92,6 +93,27 @@ def limits_text(limits: dict, truth: str) -> list[str]:
                 + (f"Σ {o['sum_ratio']:.3f}× balance reached, ≤ {o['sum_upper_ratio']:.3f}×"
                    if o["feasible"] else "none")
                 for o in limits["schedule_lp"])]
+
+
+def frontier_table(limits: dict, truth: str):
+    """``experiments.schedule_limits``'s frontier: at each floor on the worst job's ratio,
+    the best schedule's Σ (reached, and the bound) and that schedule's makespan."""
+    def cells(o: dict) -> list[str]:
+        if not o["feasible"]:
+            return ["none", "—"]
+        return [f"{o['sum_ratio']:.3f} (≤ {o['sum_upper_ratio']:.3f})",
+                f"{o['makespan_ratio']:.3f}"]
+
+    rows = {}
+    for o in limits["frontier"]:
+        rows.setdefault(o["alpha"], {})[o["pause"]] = o
+    return _output.table(
+        f"the frontier over every schedule (LP, {truth}): Σ against the worst job's floor, "
+        "both against balance",
+        ["worst job ≥", "every job keeps a worker: Σ ×", "its makespan ×",
+         "jobs may pause: Σ ×", "its makespan × "],
+        [[f"{a:g}×" if a > 0 else "none", *cells(r[False]), *cells(r[True])]
+         for a, r in rows.items()], left=1)
 
 
 def _intro(out, profile, config) -> None:
@@ -267,9 +289,10 @@ def bench_live(args) -> int:
          for r in summary]))
     console.print("targets (issue \"Fair and fast\"): Σ ≥ 1.30×, makespan ≤ 0.90×, mean JCT "
                   "≤ 0.85×, every job ≥ 0.95×; spread: min–max of Σ × balance over rounds")
-    for line in limits_text(result["limits"], "this node's measured profile as the truth, "
-                            "against balance simulated on it"):
+    truth = "this node's measured profile as the truth, against balance simulated on it"
+    for line in limits_text(result["limits"], truth):
         console.print(line)
+    console.print(frontier_table(result["limits"], "measured profile"))
     _output.save(args.json, result)
     last = {r["policy"]: r for r in result["runs"]}  # the last round of each policy
     _output.plot(args.plot, list(last.values()), "bench live (real jobs)")

@@ -29,7 +29,7 @@ from adloader.sim.trace import Trace
 from adloader.throughput import ThroughputModel
 
 FIXED = ("proportion", "balance", "inverse", "requested")  # the paper's manual allocations
-SCHEDULED = ("waa", "optimal", "fair", "jct", "ftf")
+SCHEDULED = ("waa", "optimal", "fair", "jct", "ftf", "ftf:0")  # ftf:0: no floor, the most Σ
 
 
 def _runs(trace, profile, model, configs, label) -> list[dict]:
@@ -124,18 +124,27 @@ def static_bounds(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     return out
 
 
+FRONTIER_ALPHAS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5, 0.0)  # floors on the worst job's ratio
+
+
 def schedule_limits(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
-                    balance_run: dict, alpha: float = 0.95,
-                    base: SimConfig | None = None) -> dict:
+                    balance_run: dict, alpha: float = 0.95, base: SimConfig | None = None,
+                    alphas: tuple[float, ...] = FRONTIER_ALPHAS) -> dict:
     """What no schedule of the jobs present at t = 0 can beat against ``balance_run``:
-    ``static_bounds`` (makespan, Σ under the floor) and the schedule LP with every job
-    keeping a worker and with pausing allowed (``static_schedule_oracle``)."""
+    ``static_bounds`` (makespan, Σ under the floor α); the schedule LP with every job
+    keeping a worker and with pausing allowed (``static_schedule_oracle``) at α, and at
+    each floor of ``alphas`` — the frontier of Σ against the worst job's ratio, with the
+    makespan of the schedule reaching it."""
     from adloader.sim.schedule_oracle import static_schedule_oracle
 
+    def lps(a: float) -> list[dict]:
+        return [static_schedule_oracle(trace, profile, model, balance_run, a, pause=pause,
+                                       base=base) for pause in (False, True)]
+
+    at = lps(alpha)
     return {"bounds": static_bounds(trace, profile, model, balance_run, alpha, base),
-            "schedule_lp": [static_schedule_oracle(trace, profile, model, balance_run, alpha,
-                                                   pause=pause, base=base)
-                            for pause in (False, True)]}
+            "schedule_lp": at,
+            "frontier": [o for a in alphas for o in (at if a == alpha else lps(a))]}
 
 
 def correction_runs(trace: Trace, profile: DeviceProfile, model: ThroughputModel,

@@ -34,7 +34,8 @@ def static_schedule_oracle(trace: Trace, profile: DeviceProfile, model: Throughp
                            balance_run: dict, alpha: float = 0.95, pause: bool = True,
                            base: SimConfig | None = None) -> dict:
     """Max Σ S_i/C_i over every schedule with each job's JCT ≤ its ``balance_run`` JCT / α
-    (``sum`` reached, ``sum_upper`` bounding), as ratios to balance's Σ too. ``pause``:
+    (``sum`` reached, ``sum_upper`` bounding; α = 0: no floor), as ratios to balance's Σ
+    too, and the reached schedule's makespan against balance's. ``pause``:
     a schedule may leave a present job with no worker; else every job keeps one, as the
     daemon's policies do."""
     from adloader.fair_frontier import all_plans
@@ -64,12 +65,17 @@ def static_schedule_oracle(trace: Trace, profile: DeviceProfile, model: Throughp
     # a job's ratio is balance's JCT over its own, both from its arrival; the LP's C_i
     # count from the start, after the same arrival buffer every policy waits
     wait = [by_name[j.name]["start_s"] - by_name[j.name]["arrival_s"] for j in jobs]
-    floor = [by_name[j.name]["jct_s"] / alpha - w for j, w in zip(jobs, wait, strict=True)]
+    # + 1 ms: the run's times are rounded to it (at α = 1 balance itself is on the boundary)
+    floor = [by_name[j.name]["jct_s"] / alpha - w + 1e-3 if alpha > 0 else np.inf
+             for j, w in zip(jobs, wait, strict=True)]
     out = best_schedule([j.spec.iterations * j.spec.batch_size for j in jobs], options,
                         floor)
     ref = balance_run["aggregate_throughput"]
+    span = max(c + w for c, w in zip(out["ends"], wait, strict=True)) - min(wait) \
+        if out["ends"] else None  # from the first start, as the simulator's makespan
     out.update(sum_ratio=out["sum"] / ref, sum_upper_ratio=out["sum_upper"] / ref,
                alpha=alpha, pause=pause,
+               makespan_ratio=span / balance_run["makespan_s"] if span is not None else None,
                order=[jobs[i].name for i in out["order"]] if out["order"] else None,
                ends={j.name: c for j, c in zip(jobs, out["ends"], strict=True)}
                if out["ends"] else None)

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from adloader.sim import experiments
 from adloader.sim.trace import fit_to_gpus, load_trace
 
 
@@ -67,6 +68,7 @@ def test_quick_bench_live_runs_real_daemons_and_reports_ratios(tmp_path):
         assert run["aggregate_throughput"] > 0
     assert result["limits"]["bounds"]["makespan_lb"] > 0
     assert "over every schedule" in proc.stdout and "best schedule" in proc.stdout
+    assert "the frontier over every schedule" in proc.stdout
 
 
 def test_the_limits_are_those_of_the_scaled_mix_on_the_profile():
@@ -82,6 +84,20 @@ def test_the_limits_are_those_of_the_scaled_mix_on_the_profile():
     for lp in full["schedule_lp"]:
         assert lp["feasible"] and lp["sum_ratio"] <= lp["sum_upper_ratio"] + 1e-9
     assert half["bounds"]["makespan_lb"] == pytest.approx(bound["makespan_lb"] / 2, rel=0.02)
+    # the frontier: every floor, both ways; a tighter floor never raises what can be reached
+    front = full["frontier"]
+    assert sorted({(o["alpha"], o["pause"]) for o in front}) == sorted(
+        (a, p) for a in experiments.FRONTIER_ALPHAS for p in (False, True))
+    for pause in (False, True):
+        way = sorted((o for o in front if o["pause"] == pause), key=lambda o: o["alpha"])
+        uppers = [o["sum_upper_ratio"] for o in way if o["feasible"]]
+        assert uppers == sorted(uppers, reverse=True)
+        for o in way:
+            assert not o["feasible"] or (o["sum_ratio"] <= o["sum_upper_ratio"] + 1e-9
+                                         and o["makespan_ratio"] >= bound["makespan_lb_ratio"]
+                                         - 1e-6)
+    assert next(o for o in front if o["alpha"] == 0.0 and o["pause"])["sum_ratio"] >= \
+        next(o for o in front if o["alpha"] == 1.0 and o["pause"])["sum_ratio"] - 1e-9
     # fewer workers than jobs: no schedule keeps a worker for every job, said, not raised
     short = predicted_limits(LiveConfig(iterations_scale=0.03), "paper", trace, 2)
     assert not next(lp for lp in short["schedule_lp"] if not lp["pause"])["feasible"]

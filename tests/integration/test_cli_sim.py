@@ -78,6 +78,12 @@ def test_bench_static_order_and_table(tmp_path, capsys):
     # the paper's Fig. 3 setting: manual allocations fixed, the schedulers reallocate
     assert runs[("proportion", False)] < 1.0 < runs[("inverse", False)]
     assert runs[("inverse", False)] <= runs[("waa", True)] <= runs[("optimal", True)]
+    # no policy beats what the frontier says any schedule can reach at its worst job's floor
+    assert "the frontier over every schedule" in out
+    for r in json.loads(out_json.read_text()):
+        cap = min(o["sum_upper_ratio"] for o in r["frontier"]
+                  if o["pause"] and o["feasible"] and o["alpha"] <= r["worst_job_ratio"])
+        assert r["ratio"] <= cap + 1e-6, r["policy"]
 
 
 def test_bench_dynamic_and_allocation(tmp_path, capsys):
