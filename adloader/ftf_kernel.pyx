@@ -62,7 +62,8 @@ cdef double _linear_at(double[::1] mu, double[::1] w, double a, double g, long l
         step = w[k] * g if k < n else 0.0
         if step > EPS and (best < 0 or step >= part[best]):  # equal: the step first
             room = max(mu[k] - a, 0.0)
-            full = min(<long long>floor(room / g), extra)
+            p = floor(room / g)  # whole steps; past E only E count (and no cast overflow)
+            full = extra if p >= extra else <long long>p
             take = min(full, left)
             total += take * step
             d[k] += take

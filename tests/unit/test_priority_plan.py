@@ -95,3 +95,16 @@ def test_the_rows_follow_their_table():
     table[:] = rooted(16, 100.0, 0.05)  # changed in place: read anew, now concave
     again = Rows.of(table, 16)
     assert again is not rows and not again.linear
+
+
+@pytest.mark.parametrize("mu", [[1e300, 5.0, 0.0], [np.inf, 10.0, 1e-300], [np.nan, 10.0, 20.0]])
+def test_absurd_rates_still_get_a_plan(mu):
+    """A rate no job has (a lying or broken prediction) gives a plan within the node, at
+    once: the compiled loops neither overflow a step count nor spin."""
+    from adloader.finish_fair import forward
+
+    table = _loading_table(16)
+    plan = priority_plan(np.array(mu), table, 16)
+    assert plan.min() >= 1 and plan.sum() <= 16
+    ends, now = forward(np.array(mu), np.array([1e6, 1e3, 10.0]), table, 16, [0, 1, 2])
+    assert now.sum() <= 16 and len(ends) == 3
