@@ -17,7 +17,8 @@ Per plan (re-solved at arrivals, completions and corrections):
    rank (ρ = 0.99 first): nearly the node's most Σ T, the earlier jobs served first within it;
 4. ``forward``: that rule simulated to the end on the predicted rates (each completion
    re-planned by the same rule, after ``window`` seconds as the caller does). A job that
-   would miss D_i (less ``slack``) moves one place up and 3–4 repeat, 2N moves at most,
+   would miss D_i (less ``slack``) moves one place up and 3–4 repeat, 2N moves at most
+   (fewer when an order comes back: two late jobs trading places find nothing new),
    from shortest-first then from earliest-deadline-first, then with stronger priority
    (ρ = 0.5, 0.05). No order meets every deadline: ``fair``'s allocation (the per-instant
    floor). The planner runs it twice more with the GPU shares its plan leaves.
@@ -95,8 +96,11 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
     edf = np.argsort(deadline, kind="stable").tolist()
     for rho in RHOS:  # nearly the most Σ T first; stronger priority when a deadline needs it
         for start in (srpt, edf):
-            order = list(start)
+            order, seen = list(start), set()
             for _ in range(2 * n):
+                if tuple(order) in seen:
+                    break  # two late jobs swapping back and forth: nothing new to find
+                seen.add(tuple(order))
                 ends, now = rows.forward(mu, remaining, order, window, rho)
                 late = np.flatnonzero(ends[order] > deadline[order] + EPS)
                 if not late.size:

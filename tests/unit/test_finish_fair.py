@@ -141,3 +141,44 @@ def test_ftf_gains_more_than_fair_on_random_mixes(paper_profile, paper_model):
     assert row["ftf"]["sum_x_balance"]["median"] > row["fair"]["sum_x_balance"]["median"]
     assert row["ftf"]["mean_jct_x_balance"]["median"] < row["fair"]["mean_jct_x_balance"]["median"]
     assert row["ftf"]["worst_x_balance"]["median"] >= 0.9
+
+
+def test_the_order_search_never_runs_one_order_twice(monkeypatch):
+    """Two late jobs can trade places back and forth (each swap makes the other the first
+    late): the search stops there instead of re-running the same orders until its 2N moves
+    are spent. A node of 17 jobs on 8 GPUs, three a GPU, whose deadlines no order meets."""
+    from adloader.planner import PlanJob, plan
+    from adloader.priority_plan import Rows
+    from adloader.sim import synth
+    from adloader.sim.device_profile import load_profile
+
+    model = synth.fitted_model(load_profile("paper"), 0)
+    table = model.loading_table(64)
+    rng = np.random.default_rng(0)
+    kinds = [("Resnet18", 1.8, 11.7), ("mdResnet12", 0.9, 5.0), ("smResnet20", 0.04, 0.27),
+             ("VGG13", 7.6, 9.4)]
+    jobs = [PlanJob(f"j{i}", 128, 1, kinds[i % 4][1], kinds[i % 4][2],
+                    float(rng.uniform(1e4, 1e6)), running=i < 16, workers=3 if i < 16 else 0,
+                    gpu_ids=(i % 8,) if i < 16 else ()) for i in range(17)]
+    runs: list[tuple] = []
+    real = Rows.forward
+
+    def counted(self, mu, remaining, order, window=0.0, rho=0.99):
+        runs.append((rho, tuple(int(i) for i in order)))
+        return real(self, mu, remaining, order, window, rho)
+
+    monkeypatch.setattr(Rows, "forward", counted)
+    calls: list[int] = []
+    real_ftf = ftf
+
+    def each_call(*args, **kwargs):
+        start = len(runs)
+        out = real_ftf(*args, **kwargs)
+        calls.append(len(runs) - start)
+        assert len(set(runs[start:])) == len(runs) - start, "an order was run twice"
+        return out
+
+    monkeypatch.setattr("adloader.finish_fair.ftf", each_call)
+    out = plan(jobs, capacity=64, gpus=8, model=model, table=table, policy="ftf", now=0.0,
+               shadow=ShadowBalance(64, table), max_jobs_per_gpu=3)
+    assert len(calls) == 3 and sum(out.workers.values()) <= 64
