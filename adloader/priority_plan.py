@@ -50,9 +50,10 @@ def priority_plan(mu: np.ndarray, table: np.ndarray, capacity: int,
 
 class Rows:
     """One table and capacity as the kernels read them: rows linear in d (``a``, ``g`` by
-    D) or concave. ``of`` keeps one a table while the table lives (finding which rows a
-    table has reads all of it)."""
+    D) or concave. ``of`` keeps the last ``KEEP`` tables' (finding which rows a table has
+    reads all of it)."""
 
+    KEEP = 8  # tables remembered (a daemon uses one or two; benches make many)
     _by_table: dict[int, tuple[weakref.ref, tuple, Rows]] = {}
 
     def __init__(self, table: np.ndarray, capacity: int):
@@ -72,7 +73,8 @@ class Rows:
         if held is not None and held[0]() is table and held[1] == stamp:
             return held[2]
         rows = cls(table, capacity)
-        cls._by_table = {k: v for k, v in cls._by_table.items() if v[0]() is not None}
+        kept = [(k, v) for k, v in cls._by_table.items() if v[0]() is not None]
+        cls._by_table = dict(kept[-(cls.KEEP - 1):])  # its rows hold the table: few kept
         cls._by_table[id(table)] = (weakref.ref(table), stamp, rows)
         return rows
 

@@ -108,3 +108,19 @@ def test_absurd_rates_still_get_a_plan(mu):
     assert plan.min() >= 1 and plan.sum() <= 16
     ends, now = forward(np.array(mu), np.array([1e6, 1e3, 10.0]), table, 16, [0, 1, 2])
     assert now.sum() <= 16 and len(ends) == 3
+
+
+def test_only_the_last_tables_are_kept():
+    """Each kept ``Rows`` holds its table: a process making table after table (a daemon
+    refitting its model, a benchmark) keeps only the last few alive."""
+    import gc
+    import weakref
+
+    first = _loading_table(8)
+    gone = weakref.ref(first)
+    Rows.of(first, 8)
+    del first
+    for _ in range(Rows.KEEP):
+        Rows.of(_loading_table(8), 8)
+    gc.collect()
+    assert gone() is None and len(Rows._by_table) <= Rows.KEEP
