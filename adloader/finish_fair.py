@@ -64,9 +64,9 @@ def balance_ends(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray,
     return ends
 
 
-def _order(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray) -> list[int]:
-    """Shortest predicted remaining time first (ties keep the caller's order)."""
-    top = float(np.max(table))
+def _order(mu: np.ndarray, remaining: np.ndarray, top: float) -> list[int]:
+    """Shortest predicted remaining time first, each at min(B·μ, L*) (ties keep the caller's
+    order)."""
     own = remaining / np.maximum(np.minimum(mu, top), EPS)
     return np.argsort(own, kind="stable").tolist()
 
@@ -92,7 +92,7 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
         given = [projected[i] if g is None else g for i, g in enumerate(given)]
     deadline = np.array(given, dtype=float) * (1 - slack) if alpha > 0 else np.full(n, np.inf)
     rows = Rows.of(table, capacity)
-    srpt = _order(mu, remaining, table)
+    srpt = _order(mu, remaining, rows.top)
     edf = np.argsort(deadline, kind="stable").tolist()
     for rho in RHOS:  # nearly the most Σ T first; stronger priority when a deadline needs it
         for start in (srpt, edf):

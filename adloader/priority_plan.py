@@ -7,7 +7,7 @@ table: rows linear in d (the staged TPM's proportional share λ(d; D) = d/D·L(D
 λ(d; D) = a(D) + g(D)·(d − 1), each job's gains ⌊(μ_k − a)/g⌋ equal steps and a partial
 one) and any concave rows (each job's gains fall along its row).
 
-``Rows`` keeps which rows a table has, a table, while it lives.
+``Rows`` keeps which rows a table has (and its largest λ) for the last few tables.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import numpy as np
 
 from adloader import ftf_kernel
 
-EPS = 1e-9
 LINEAR_TOL = 1e-9  # relative: a row is linear when every step equals its first within this
 
 
@@ -63,6 +62,7 @@ class Rows:
         rows = linear_rows(self.table[:size, :size]) if size == self.capacity + 1 else None
         self.linear = rows is not None
         self.a, self.g = rows if rows is not None else (np.zeros(1), np.zeros(1))
+        self.top = float(self.table.max())  # the most any job can load: L*
 
     @classmethod
     def of(cls, table: np.ndarray, capacity: int) -> Rows:

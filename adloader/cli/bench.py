@@ -111,7 +111,7 @@ def frontier_table(limits: dict, truth: str):
         f"the frontier over every schedule (LP, {truth}): Σ against the worst job's floor, "
         "both against balance",
         ["worst job ≥", "every job keeps a worker: Σ ×", "its makespan ×",
-         "jobs may pause: Σ ×", "its makespan × "],
+         "jobs may pause: Σ ×", "its makespan ×"],
         [[f"{a:g}×" if a > 0 else "none", *cells(r[False]), *cells(r[True])]
          for a, r in rows.items()], left=1)
 

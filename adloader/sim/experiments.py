@@ -296,8 +296,8 @@ def allocation_timing(jobs: int = 1000, capacity: int = 1024, repeats: int = 7,
 
 def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
     """``optimal``, one-call ``fair``, ``jct`` (and ``ftf`` on a small node: past ``MAX_JOBS``
-    it is ``fair``) on each instance, each on a fresh copy of the table (``ftf`` keeps its
-    plans a table: cold); then warm ``fair`` and ``ftf`` re-solving it after the last
+    it is ``fair``) on each instance, each on a fresh copy of the table (``ftf`` reads which
+    rows a table has once: cold); then warm ``fair`` and ``ftf`` re-solving it after the last
     decision (``before``) was made on the same table, untimed."""
     from adloader.finish_fair import MAX_JOBS
 
@@ -322,7 +322,7 @@ def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
         ftf, times = get_policy("ftf"), []
         for after in afters:
             own = table.copy()
-            ftf(before, capacity, own)  # the last decision, untimed: its plans are kept
+            ftf(before, capacity, own)  # the last decision, untimed: its table's rows known
             took, plan = _timed(lambda a=after, t=own: ftf(a, capacity, t))
             times.append(took)
         rows.append(_row("ftf, warm re-solve", case, afters[-1], capacity, table, times, plan))
