@@ -5,7 +5,8 @@ makes; both are imported on first use, so ``import adloader`` stays light. The c
 package's own modules, outside ``cli`` and ``host``) is pure: no sockets, processes or disk.
 """
 
-__version__ = "0.1.0"
+from adloader.version import __version__
+
 __all__ = ["ElasticDataLoader", "JobCancelled", "PathTable", "ShardedStream", "attach",
            "__version__"]
 

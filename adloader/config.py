@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from adloader import env
 from adloader.errors import InputError
 
 
@@ -36,6 +37,7 @@ class DaemonConfig:
     metrics_token_file: str = ""  # read-only token for GET /metrics ("" = STATE_DIR/metrics.token)
     metrics_on_loopback: bool = False  # serve /metrics without a token to 127.0.0.1 / ::1
     node_cache_mb: int = 0  # node cache shared by the jobs that read one dataset (0 = none)
+    cpu_shares: str = ""  # cgroup parent of the jobs' CPU groups ("" = no groups)
 
     @property
     def state_path(self) -> Path:
@@ -90,9 +92,9 @@ def config_from(data: dict | None = None, environ=None, origin: str = "config") 
             raise InputError(f"{origin}: unknown setting {key!r}")
         values[key] = _coerce(key, types[key], raw, origin)
     for key, kind in types.items():
-        raw = environ.get("ADLOADER_" + key.upper())
+        raw = environ.get(env.setting(key))
         if raw is not None and raw != "":
-            values[key] = _coerce(key, kind, raw, "ADLOADER_" + key.upper())
+            values[key] = _coerce(key, kind, raw, env.setting(key))
     return validate(replace(DaemonConfig(), **values))
 
 
@@ -100,7 +102,7 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
     """The settings' ranges, whatever set them (file, environment or command line)."""
     if cfg.port < 0 or cfg.port > 65535:
         raise InputError(f"setting 'port' must be 0..65535, got {cfg.port}")
-    from adloader.allocation import get_policy
+    from adloader.scheduling.policies import get_policy
 
     get_policy(cfg.policy)  # an unknown name stops here, not in the scheduling loop
     if cfg.node_cache_mb < 0:

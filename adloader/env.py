@@ -37,3 +37,9 @@ GPU_LOCK_DIR = "ADLOADER_GPU_LOCK_DIR"  # where emulated GPUs' lock files live
 CGROUP_ROOT = "ADLOADER_CGROUP_ROOT"  # a cgroup tree laid out elsewhere (tests; host/cgroup)
 
 SETTING_PREFIX = "ADLOADER_"  # + a daemon setting's name, e.g. ADLOADER_PORT
+
+
+def setting(key: str) -> str:
+    """The variable that sets the daemon setting ``key``: ``setting("port")`` is
+    ``ADLOADER_PORT`` (``adloader.config``)."""
+    return SETTING_PREFIX + key.upper()

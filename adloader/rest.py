@@ -190,11 +190,20 @@ class JobView(BaseModel):
 
 
 # -- paths ----------------------------------------------------------------------------
-JOBS = "/v1/jobs"
-ALLOCATIONS = "/v1/allocations"
-EVENTS = "/v1/events"
-MODEL = "/v1/model"
-MODEL_FIT = "/v1/model/fit"
+# Every path of the REST API, for the daemon's routes (``adloader.daemon.api``) and its
+# clients alike. ``{job_id}`` in a route is filled in by ``job_path``.
+V1 = "/v1"  # the versioned API's prefix: every path but METRICS and HEALTH
+JOBS = f"{V1}/jobs"
+JOB = f"{JOBS}/{{job_id}}"
+PAUSE, RESUME, LOG = "pause", "resume", "log"  # a job's actions: job_path(id, PAUSE)
+JOB_PAUSE = f"{JOB}/{PAUSE}"
+JOB_RESUME = f"{JOB}/{RESUME}"
+JOB_LOG = f"{JOB}/{LOG}"
+ALLOCATIONS = f"{V1}/allocations"
+NODE = f"{V1}/node"
+EVENTS = f"{V1}/events"
+MODEL = f"{V1}/model"
+MODEL_FIT = f"{MODEL}/fit"
 METRICS = "/metrics"
 HEALTH = "/healthz"
 

@@ -21,10 +21,11 @@ from pathlib import Path
 import httpx
 import psutil
 
+from adloader import rest
 from adloader.daemon.process import DaemonProcess
 
-READS = ("/v1/jobs", "/v1/jobs/{job}", "/v1/allocations", "/v1/events?limit=500",
-         "/v1/model", "/metrics", "/healthz")
+READS = (rest.JOBS, f"{rest.JOBS}/{{job}}", rest.ALLOCATIONS, f"{rest.EVENTS}?limit=500",
+         rest.MODEL, rest.METRICS, rest.HEALTH)
 
 
 def _masters(endpoint: str, count: int, rate_hz: float, seconds: float, ready, stop) -> None:
@@ -102,7 +103,7 @@ def _during_a_deep_submit(http: httpx.Client, job: str) -> dict:
     out: dict[str, list[float]] = {path: [] for path in READS}
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         t0 = time.monotonic()
-        done = pool.submit(http.post, "/v1/jobs", json=body, timeout=300)
+        done = pool.submit(http.post, rest.JOBS, json=body, timeout=300)
         while not done.done():
             for path, ms in _latencies(http, 0.5, job).items():
                 out[path] += ms
@@ -131,7 +132,7 @@ def _one(masters: int, seconds: float, rate_hz: float, root: Path) -> dict:
             ready.wait(120)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # until every master is registered
-                if len(daemon.http.get("/v1/allocations").json()["jobs"]) >= masters:
+                if len(daemon.http.get(rest.ALLOCATIONS).json()["jobs"]) >= masters:
                     break
                 time.sleep(0.5)
             time.sleep(4)  # past the arrival window's plan
@@ -142,7 +143,7 @@ def _one(masters: int, seconds: float, rate_hz: float, root: Path) -> dict:
             cpu = proc.cpu_percent(None)
             rss = proc.memory_info().rss / 2**20
             window = time.monotonic() - cpu0
-            registered = len(daemon.http.get("/v1/allocations").json()["jobs"])
+            registered = len(daemon.http.get(rest.ALLOCATIONS).json()["jobs"])
             metrics = daemon.http.get("/metrics").text
         finally:
             stop.set()

@@ -1,7 +1,9 @@
 """``bench cache``: every cache policy's hit ratio on an ImageNet-sized clairvoyant stream.
 
-The node's access sequence (``adloader.access.node_sequence``: its ranks' local batches, step
-by step) for ``epochs`` epochs; each policy of ``adloader.cache.POLICIES`` with a cache of
+The node's access sequence (``adloader.datapath.access_stream.node_sequence``: its ranks' local
+batches, step
+by step) for ``epochs`` epochs; each policy of ``adloader.datapath.cache_policies.POLICIES`` with a
+cache of
 ``fraction`` × dataset samples; hit ratios over the whole run and over epochs ≥ 2 (the cache
 starts cold), each against Belady's MIN measured on the same sequence. For uniformly shuffled
 epochs LRU's expected hit ratio after the first epoch is c + (1 − c)·ln(1 − c) at cache
@@ -15,14 +17,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from adloader.access import access_stream, node_sequence
-from adloader.cache import (
-    CacheStats,
-    evaluate,
-    get_eviction_policy,
-    lru_expected,
-    lru_stack_distance,
-)
+from adloader.datapath.access_stream import access_stream, node_sequence
+from adloader.datapath.cache_policies import evaluate, get_cache_policy
+from adloader.datapath.eviction import CacheStats, lru_expected
+from adloader.datapath.reuse import lru_stack_distance
 from adloader.errors import InputError
 
 POLICY_ORDER = ("belady", "lru", "lobster", "nopfs")
@@ -106,5 +104,5 @@ def check_settings(bench: str, epochs: int, fractions, policies) -> None:
         if not 0 < f <= 1:
             raise InputError(f"{bench}: cache fraction must be in (0, 1], got {f}")
     for p in policies:
-        get_eviction_policy(p)
+        get_cache_policy(p)
 

@@ -2,11 +2,13 @@
 
 A synthetic job (``size`` samples, ``epochs`` epochs, ``world_size`` ranks on one node) reads
 its fixed shuffled index lists either in their own order ("sequential") or in the order that
-maximises the buffer reuse between consecutive epochs (SOLAR §4.2.1, ``adloader.epoch_order``):
+maximises the buffer reuse between consecutive epochs (SOLAR §4.2.1,
+``adloader.datapath.epoch_order``):
 "solar" with the paper's reuse W[u, v] = |tail_c(u) ∩ head_c(v)| (eq. 1), "solar-lru" with
 the LRU-stack refinement. The order is planned for each cache size c (a fraction of the
 dataset), the node's access sequence built by ``access_stream(..., epoch_order=...)`` and
-``node_sequence``, and each policy of ``adloader.cache`` (LRU, Lobster, NoPFS, Belady's MIN)
+``node_sequence``, and each policy of ``adloader.datapath.eviction`` (LRU, Lobster, NoPFS, Belady's
+MIN)
 run on it: misses are storage reads. ``reads_saved`` = sequential misses / this order's
 misses, ``hits_gain`` = hits / sequential hits − 1, ``vs_no_buffer`` = accesses / misses (the
 paper's "numPFS reduced up to 4.9×" compares with a loader that reuses nothing; its LRU
@@ -18,10 +20,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from adloader.access import access_stream, node_sequence
 from adloader.bench.cache import check_settings
-from adloader.cache import evaluate
-from adloader.epoch_order import plan_epoch_order
+from adloader.datapath.access_stream import access_stream, node_sequence
+from adloader.datapath.cache_policies import evaluate
+from adloader.datapath.epoch_order import plan_epoch_order
 from adloader.errors import InputError
 
 POLICY_ORDER = ("lru", "lobster", "nopfs", "belady")

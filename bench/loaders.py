@@ -45,8 +45,8 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 from adloader.client.loader import ElasticDataLoader
+from adloader.datapath.sample_order import rank_order
 from adloader.errors import InputError
-from adloader.order import rank_order
 from adloader.workloads.dataset import SyntheticJPEGDataset
 
 CTX = "fork"

@@ -4,14 +4,16 @@ Simulated (``run_locality_bench``), after the locality paper's Fig. 6: p ranks, 
 global batch B = b·p. In epoch 1 every rank reads its regular share (``rank_order``, what the
 ``ElasticDataLoader`` yields) and caches the first ``cache_fraction``·N samples it reads, never
 evicting (default 1/p: all it read — the caches are disjoint and cover the dataset, the
-paper's setting). For epochs ≥ 2 each mode of ``adloader.balance`` is measured per step:
+paper's setting). For epochs ≥ 2 each mode of ``adloader.datapath.locality_batch`` is measured per
+step:
 
 - ``regular``: rank r trains on positions r::p and fetches what it lacks (≈ (p − 1)/p);
 - ``locality``: Balance, the remote share is Σ_r deficits / B (the paper: 3.4 % median at
   b = 128), transfers per step ≤ p − 1 (checked);
 - ``solar``: no transfers; remote = uncached samples only, local batch sizes differ (reported
   as the largest local batch);
-- ``bounded`` (``adloader.bounded_imbalance``): local batches ≤ ⌊α · b⌋ (``max_imbalance`` α),
+- ``bounded`` (``adloader.datapath.bounded_imbalance``): local batches ≤ ⌊α · b⌋ (``max_imbalance``
+α),
   the remote share is Σ_r max(h_r − c, 0) + uncached, the largest batch clip(max h_r, b, c).
 
 Counts for all steps are vectorised; only Algorithm 1 runs per step (O(p log p)), and a few
@@ -27,18 +29,23 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from adloader.balance import (
-    balance,
+from adloader.datapath.bounded_imbalance import (
+    MAX_IMBALANCE,
+    batch_bound,
+    bounded_assign,
+    capped_fill,
+)
+from adloader.datapath.locality_batch import (
     even_targets,
-    get_mode,
     global_order,
     plan_step,
     regular_assign,
+    transfer_schedule,
     uneven_assign,
 )
-from adloader.bounded_imbalance import MAX_IMBALANCE, batch_bound, bounded_assign, capped_fill
+from adloader.datapath.locality_modes import get_mode
+from adloader.datapath.sample_order import samples_per_rank
 from adloader.errors import InputError
-from adloader.order import samples_per_rank
 from adloader.workloads.ranks import spawn_gloo
 
 MODES = ("regular", "locality", "solar", "bounded")
@@ -81,7 +88,7 @@ def _locality(counts, unheld, target, read_cost, message_cost):
     storage = unheld.sum(1).copy()
     transfers = np.zeros(len(counts), dtype=np.int64)
     for s in range(len(counts)):
-        for _, _, n in balance(after[s], target):
+        for _, _, n in transfer_schedule(after[s], target):
             if n * read_cost < message_cost + n:
                 storage[s] += n
             else:
@@ -103,7 +110,7 @@ def _bounded(counts, unheld, b, cap, read_cost, message_cost):
         left = quota - filled
         rest = unheld[s].sum() - filled.sum()
         reads = filled + np.clip(rest - (np.cumsum(left) - left), 0, left)
-        for _, _, n in balance(counts[s] + reads, kept[s] + quota):
+        for _, _, n in transfer_schedule(counts[s] + reads, kept[s] + quota):
             if n * read_cost < message_cost + n:
                 storage[s] += n
             else:

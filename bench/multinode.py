@@ -18,6 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from adloader import env as names
+from adloader import rest
+
 RANK_SCRIPT = """
 import json, os, sys, time
 import torch.distributed as dist
@@ -69,11 +72,11 @@ def _wait(predicate, timeout: float, what: str):
 def _agents(script: Path, out: Path, port: int, endpoints: list[str | None]) -> list:
     procs = []
     for node, endpoint in enumerate(endpoints):
-        env = dict(os.environ, ADLOADER_JOB="ddp", OMP_NUM_THREADS="1")
-        for key in ("ADLOADER_ENDPOINT", "ADLOADER_SUPERVISOR", "ADLOADER_JOB_TOKEN"):
+        env = {**os.environ, names.JOB: "ddp", "OMP_NUM_THREADS": "1"}
+        for key in (names.ENDPOINT, names.SUPERVISOR, names.JOB_TOKEN):
             env.pop(key, None)
         if endpoint:
-            env["ADLOADER_ENDPOINT"] = endpoint
+            env[names.ENDPOINT] = endpoint
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
              "--nproc-per-node", "2", "--node-rank", str(node), "--master-addr", "127.0.0.1",
@@ -114,7 +117,7 @@ def run_two_nodes(work: Path, plain: bool = False) -> dict:
     procs: list = []
     try:
         def events(d, kind=None):
-            got = d.http.get("/v1/events", params={"limit": 5000}).json()
+            got = d.http.get(rest.EVENTS, params={"limit": 5000}).json()
             return [e for e in got if kind is None or e["kind"] == kind]
 
         t0 = time.monotonic()
@@ -124,8 +127,8 @@ def run_two_nodes(work: Path, plain: bool = False) -> dict:
                   120, f"ddp@{n} to register with node {n}'s daemon")
         job2 = work / "second.py"
         job2.write_text(SECOND_JOB)
-        env = dict(os.environ, ADLOADER_ENDPOINT=daemons[1].endpoint, ADLOADER_JOB="other")
-        env.pop("ADLOADER_SUPERVISOR", None)
+        env = {**os.environ, names.ENDPOINT: daemons[1].endpoint, names.JOB: "other"}
+        env.pop(names.SUPERVISOR, None)
         arrived = time.monotonic() - t0
         second = subprocess.Popen([sys.executable, str(job2)], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

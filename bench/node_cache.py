@@ -46,11 +46,11 @@ def job_main(argv: list[str]) -> None:
     """One job: ``folder seed mode dataset cache_bytes epochs link out``."""
     folder, seed, mode, dataset, cache_bytes, epochs, link, out = argv
     seed, cache_bytes, epochs = int(seed), int(cache_bytes), int(epochs)
-    from adloader.client.cache_policy import AccessPlan
     from adloader.client.cache_store import SharedSampleCache
     from adloader.client.cached_dataset import CachedDataset
     from adloader.client.loader import ElasticDataLoader
     from adloader.client.storage import LocalDirectorySource, RemoteStorageSource
+    from adloader.datapath.online_cache import AccessPlan
 
     source = RemoteStorageSource(LocalDirectorySource(folder), BANDWIDTH_MB_S, LATENCY_MS,
                                  state_dir=link)
@@ -95,19 +95,21 @@ def _data(root: Path, sizes: dict) -> dict[str, Path]:
 
 
 def _run(mode: str, data: dict, work: Path, cache_bytes: int, epochs: int) -> dict:
+    from adloader import env as names
+    from adloader import rest
     from adloader.client.storage import LocalDirectorySource, RemoteStorageSource
     from adloader.daemon.process import DaemonProcess
 
     link = work / "link"
     env = dict(os.environ)
-    env.pop("ADLOADER_ENDPOINT", None)
+    env.pop(names.ENDPOINT, None)
     daemon = None
     if mode == "shared node cache":
         daemon = DaemonProcess(work / "state", ["--capacity", "4", "--gpus", "2",
                                                 "--arrival-window", "0.3", "--heartbeat",
                                                 "0.5", "--node-cache-mb",
                                                 str(max(1, cache_bytes >> 20))]).start()
-        env["ADLOADER_ENDPOINT"] = daemon.endpoint
+        env[names.ENDPOINT] = daemon.endpoint
     each = cache_bytes // len(JOBS)
     procs, outs = [], {}
     t0 = time.perf_counter()
@@ -125,7 +127,7 @@ def _run(mode: str, data: dict, work: Path, cache_bytes: int, epochs: int) -> di
                 raise RuntimeError(f"bench node-cache: job {name} ({mode}) failed: "
                                    f"{err.strip()[-600:]}")
         makespan = time.perf_counter() - t0
-        splits = ([e["data"] for e in daemon.http.get("/v1/events", params={
+        splits = ([e["data"] for e in daemon.http.get(rest.EVENTS, params={
             "limit": 5000}).json() if e["kind"] == "cache_split"] if daemon else [])
     finally:
         for _, p in procs:

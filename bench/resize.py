@@ -30,8 +30,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from adloader.bench import loader_faults as faults
 from adloader.client.loader import ElasticDataLoader
+from adloader.datapath.sample_order import rank_order
 from adloader.errors import InputError
-from adloader.order import rank_order
 from adloader.workloads.dataset import SyntheticJPEGDataset
 
 CTX = "fork"

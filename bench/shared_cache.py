@@ -1,14 +1,16 @@
 """``bench shared-cache``: one node cache shared by three jobs and arbitrated (issue 14).
 
 Jobs A and B read dataset X (two hyper-parameter runs: seeds 0 and 1), C reads dataset Y of
-another size; each job's node sequence (``adloader.access``) advances at its own rate, and
-``adloader.shared_cache.merge_streams`` interleaves them into the node stream, samples keyed
+another size; each job's node sequence (``adloader.datapath.access_stream``) advances at its own
+rate, and
+``adloader.datapath.shared_cache.merge_streams`` interleaves them into the node stream, samples
+keyed
 (dataset, index). The node cache holds ``fraction`` × (|X| + |Y|) samples. Rows:
 
 - ``private-lru`` / ``private-lobster`` / ``private-nopfs``: C split evenly, each job its
   own cache on its own stream (what three loaders each with a cache get);
 - ``arbitrated-lobster``: one partition per dataset, shared by its jobs, sized once at the
-  start by ``adloader.cache_arbiter`` (predicted MIN hits), Lobster inside each;
+  start by ``adloader.datapath.cache_arbiter`` (predicted MIN hits), Lobster inside each;
 - ``shared-arbitrated``: the same partitions re-split by the arbiter's plan (at the jobs'
   predicted departures; re-planned at arrivals and unpredicted departures), next-use
   eviction inside (``belady_resized``: the streams are known, so MIN is the policy);
@@ -25,10 +27,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from adloader.access import access_stream, node_sequence
-from adloader.cache_arbiter import CacheArbiter, live_splits
-from adloader.errors import InputError
-from adloader.shared_cache import (
+from adloader.datapath.access_stream import access_stream, node_sequence
+from adloader.datapath.cache_arbiter import CacheArbiter, live_splits
+from adloader.datapath.shared_cache import (
     JobAccesses,
     evaluate_partitioned,
     evaluate_private,
@@ -38,6 +39,7 @@ from adloader.shared_cache import (
     hits_by_job,
     merge_streams,
 )
+from adloader.errors import InputError
 
 PRIVATE = ("lru", "lobster", "nopfs")
 # name, dataset, seed, iterations per unit time, epochs. A, B: one model, two seeds (B's

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from adloader import env as names
+
 HEAVY = ("torch", "sklearn", "scipy", "matplotlib")
 PROBE = ("import atexit, sys\n"
          "atexit.register(lambda: sys.stderr.write('HEAVY:' + ','.join(m for m in {heavy!r} "
@@ -51,7 +53,7 @@ def run_startup_bench(rounds: int = 15) -> dict:
     base = [sys.executable, "-c", "import argparse"]
     adl = adloader_command()
     with DaemonProcess(Path(tempfile.mkdtemp(prefix="adloader-startup-")) / "state") as daemon:
-        env = dict(os.environ, ADLOADER_URL=daemon.url, ADLOADER_TOKEN=daemon.token)
+        env = {**os.environ, names.URL: daemon.url, names.API_TOKEN: daemon.token}
         commands = {"adloader --help": ["--help"], "adloader jobs": ["jobs"],
                     "adloader submit --help": ["submit", "--help"]}
         times: dict[str, list[float]] = {name: [] for name in ("baseline", *commands)}

@@ -5,7 +5,7 @@
 ``ElasticDataLoader`` forks its workers; every worker reads and fills the same copy. It starts
 empty and fills on the fly in the first epoch: ``fetch(i, load)`` serves sample i from RAM, then
 disk, else calls ``load(i)`` (the staging buffer or storage) and lets the policy (a name of
-``adloader.cache.POLICIES``, applied by ``cache_policy``) decide what stays. Tiers are
+``adloader.datapath.cache_policies``, applied online) decide what stays. Tiers are
 exclusive: what RAM evicts or refuses is offered to the disk tier, whose files are written
 atomically (temp file, then rename). Where each access was served from is counted per epoch in
 shared counters; ``memory()`` measures the segment with the OS and psutil, not bookkeeping.
@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from adloader.client.cache_policy import NEVER, Access, AccessPlan, make_policy
-from adloader.client.shm_arena import EMPTY, SampleArena, budget_for
+from adloader.datapath.cache_policies import online_policy
+from adloader.datapath.online_cache import NEVER, Access, AccessPlan
 from adloader.errors import InputError
 from adloader.host.atomic import write_bytes
+from adloader.host.shm_arena import EMPTY, SampleArena, budget_for
 
 SOURCES = ("ram", "disk", "staged", "storage")  # where an access was served from
 Load = Callable[[int], tuple[bytes, str]]  # sample → (bytes, "staged" | "storage")
@@ -74,7 +75,7 @@ class SharedSampleCache:
     def __init__(self, budget_bytes: int, size: int, policy: str = "lru",
                  plan: AccessPlan | None = None, *, disk_dir=None, disk_budget_bytes: int = 0,
                  block_bytes: int = 4096, sample_bytes: Sequence[int] | None = None) -> None:
-        self.policy = make_policy(policy, plan)
+        self.policy = online_policy(policy, plan)
         if plan is not None and plan.size != size:
             raise InputError(f"cache: the plan covers {plan.size} samples, the dataset {size}")
         self.plan = plan

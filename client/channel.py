@@ -69,6 +69,7 @@ class Channel(threading.Thread):
         self.refused: str | None = None
         self.heartbeat_s = 1.0
         self.dropped_frames = 0  # malformed frames from the daemon
+        self.cpu_s = 0.0  # this thread's CPU seconds so far (the master's overhead)
 
     # -- called from other threads ----------------------------------------------------
     def post(self, message) -> None:
@@ -123,6 +124,7 @@ class Channel(threading.Thread):
         connect_deadline = time.monotonic() + self._connect_timeout_s
         next_beat = None
         while True:
+            self.cpu_s = time.thread_time()
             now = time.monotonic()
             waits = []
             if not self.settled.is_set():

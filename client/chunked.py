@@ -2,7 +2,8 @@
 
 ``H5Rows(path, key)``: sample i is row i of the HDF5 dataset ``key`` (h5py). torch's fetcher
 hands a worker a whole batch (``__getitems__``); the batch's indices are sorted, merged into
-runs by ``adloader.chunk_runs.plan_reads`` and each run is read with one h5py call, then the
+runs by ``adloader.datapath.chunk_runs.plan_reads`` and each run is read with one h5py call, then
+the
 rows go back to the sampler's order: the same batch as ``[ds[i] for i in indices]``.
 
 The merge threshold is measured once per file by ``measure_threshold`` (SOLAR's micro-benchmark:
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from adloader.chunk_runs import ChunkThreshold, plan_reads, threshold_from_timings
+from adloader.datapath.chunk_runs import ChunkThreshold, plan_reads, threshold_from_timings
 from adloader.errors import InputError
 
 PROBE_SIZES = (1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513)

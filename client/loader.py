@@ -37,10 +37,10 @@ from adloader.client.elastic_sampler import (
 from adloader.client.epoch import BatchStats, EpochIterator
 from adloader.client.loader_args import check_arguments, check_context, check_elastic
 from adloader.client.pool_iter import PoolLoader
-from adloader.epoch_order import source_epoch
+from adloader.datapath.epoch_order import source_epoch
+from adloader.datapath.sample_order import rank_order, samples_per_rank
 from adloader.errors import InputError
 from adloader.limits import MAX_WORKERS
-from adloader.order import rank_order, samples_per_rank
 
 __all__ = ["BatchStats", "ElasticDataLoader"]
 

@@ -73,7 +73,7 @@ def check_elastic(threads: int, handover: str, handovers, epoch_order, seed, sam
                   batch_sampler, iterable: bool, rank: int | None, world_size: int | None):
     """ElasticDataLoader's own arguments: (rank, world_size, epoch_order), checked; rank and
     world size default to torch.distributed's when a process group is up."""
-    from adloader.epoch_order import check_order
+    from adloader.datapath.epoch_order import check_order
 
     if threads < 0:
         raise InputError(f"threads must be >= 0, got {threads}")

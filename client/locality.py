@@ -1,10 +1,10 @@
 """Locality-aware batches across the ranks of a job, over ``torch.distributed``.
 
-Every rank knows the global batch of each step from the seed (``adloader.balance.
+Every rank knows the global batch of each step from the seed (``adloader.datapath.locality_batch.
 global_batches``: the union of what each rank's ``ElasticDataLoader`` yields) and, once per
 epoch, every rank's cache contents (an all-gather of one packed bitmap per rank: the cache
 directory, fixed for the epoch). From these all ranks compute the same ``StepPlan``
-(``adloader.balance``, mode by name), so nobody negotiates: rank r sends its planned
+(``adloader.datapath.locality_batch``, mode by name), so nobody negotiates: rank r sends its planned
 transfers with ``isend``, receives its own with ``irecv`` (on CPU: gloo, or a gloo group of
 all ranks beside nccl), reads the rest from storage (the dataset) and trains on its part
 with loss weight w_r = n_r / B (Theorem 1, SOLAR eq. 3).
@@ -42,10 +42,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import default_collate
 
-from adloader.balance import StepPlan, get_mode, global_batches
 from adloader.client.locality_reads import own, reads_loader
+from adloader.datapath.locality_batch import StepPlan, global_batches
+from adloader.datapath.locality_modes import get_mode
+from adloader.datapath.sample_order import samples_per_rank
 from adloader.errors import InputError
-from adloader.order import samples_per_rank
 
 FAILURE_MODES = ("storage", "error")
 REDUCTIONS = ("sum", "mean")

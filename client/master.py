@@ -30,6 +30,7 @@ from pathlib import Path
 
 from adloader import env as names
 from adloader.host.cpu_group import cpu_group
+from adloader.host.threads import named_threads_cpu_s
 from adloader.protocol import (
     SUPERVISORS,
     Allocation,
@@ -116,6 +117,7 @@ class JobMaster:
         if self.nodes > 1:  # this node's part, registered with this node's daemon
             job = self.job = part_id(job, self.node, self.nodes)
         self._lock = threading.Lock()
+        self._hook_cpu_s = 0.0  # CPU seconds spent in on_batch
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._workers = workers  # what the loader runs with (0 while paused/released)
         self._target = workers  # what it runs with once resumed
@@ -141,7 +143,7 @@ class JobMaster:
                                    on_silent=self._silent, on_refused=self._refused)
             self.channel.start()
         elif self.local_rank == 0:
-            where = endpoint or "(ADLOADER_ENDPOINT unset)"
+            where = endpoint or f"({names.ENDPOINT} unset)"
             log(f"adloader: no daemon at {where}; running with {workers} workers")
         atexit.register(self._at_exit)
 
@@ -235,10 +237,23 @@ class JobMaster:
         return beat
 
     # -- the consumer's thread ----------------------------------------------------------
+    def cpu_s(self) -> float:
+        """CPU seconds the master cost this job so far: its channel thread, libzmq's I/O
+        threads and the batch hook (what ``bench live`` counts as its overhead)."""
+        channel = self.channel.cpu_s if self.channel is not None else 0.0
+        return channel + self._hook_cpu_s + named_threads_cpu_s("ZMQbg")
+
     def on_batch(self, stats) -> None:
         """The loader hook: record ``stats`` (a BatchStats), then apply pending commands."""
         if os.getpid() != self._pid or self._finished:
             return
+        began = time.thread_time()
+        try:
+            self._on_batch(stats)
+        finally:
+            self._hook_cpu_s += time.thread_time() - began
+
+    def _on_batch(self, stats) -> None:
         with self._lock:
             self._iteration += 1
             self._count += 1
@@ -313,7 +328,7 @@ class JobMaster:
         self._workers = workers
 
     def _rank_share(self, total: int) -> int:
-        from adloader.balance import split_workers
+        from adloader.datapath.locality_batch import split_workers
 
         if self._miss_load is not None:
             load = float(self._miss_load())

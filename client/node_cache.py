@@ -2,7 +2,7 @@
 
 The daemon makes one segment per dataset its jobs read (``create_segment``) and sizes it
 live (``SampleArena.set_limit``: its share of the node's cache memory, from
-``adloader.cache_arbiter``); every job on the node that names that dataset attaches to it
+``adloader.datapath.cache_arbiter``); every job on the node that names that dataset attaches to it
 (``NodeCache``), so a sample one job decoded is a hit for the next.
 
 Keys are predicted times of next use (CLOCK_MONOTONIC µs, one clock for the whole node): a
@@ -24,27 +24,17 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from adloader.client.cache_policy import NEVER, UNKNOWN, Access, AccessPlan, OnlinePolicy
 from adloader.client.cache_store import SOURCES, SharedSampleCache
-from adloader.client.shm_arena import EMPTY, LIMIT, SampleArena, budget_for
+from adloader.datapath.online_cache import NEVER, UNKNOWN, Access, AccessPlan, OnlinePolicy
 from adloader.errors import InputError
+from adloader.host.node_segment import FIELDS
+from adloader.host.shm_arena import EMPTY, LIMIT, SampleArena
 from adloader.protocol import DataSpec
 
-FIELDS = ("uses", "dkey", "dlen", "owner")  # the layout SharedSampleCache's read path expects
 DEFAULT_STEP_S = 1e-3  # Δ before a job has read enough to measure it
 MEASURE_AFTER = 32  # plan positions between the first access and a measured Δ
 LAST = UNKNOWN - 1  # the key of a sample no job is known to read again: first to leave
 STALE_S = 5.0  # a key this far in the past: its job did not come back for it (gone, stalled)
-
-
-def create_segment(capacity_bytes: int, size: int, block_bytes: int = 4096) -> SampleArena:
-    """The node's segment for one dataset of ``size`` samples, room for ``capacity_bytes``
-    (the daemon's side; it owns and unlinks it). Untouched pages take no memory."""
-    budget = budget_for(size, capacity_bytes, block_bytes, len(FIELDS), 1)
-    arena = SampleArena(budget, size, block_bytes, fields=FIELDS, counters=1,
-                        what="node cache")
-    arena.field["dkey"][:] = EMPTY
-    return arena
 
 
 def now_us() -> int:

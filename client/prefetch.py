@@ -21,9 +21,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from adloader.client.cache_policy import AccessPlan
-from adloader.client.shm_arena import SampleArena, budget_for
+from adloader.datapath.online_cache import AccessPlan
 from adloader.errors import InputError
+from adloader.host.shm_arena import SampleArena, budget_for
 
 POLL_S = 0.0005
 

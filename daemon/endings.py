@@ -82,8 +82,8 @@ class EndingsMixin:
         out = Actions(changed=[job], events=[(job.id, state, {
             "exit_code": exit_code, "iterations": job.iteration,
             "busy_s": round(job.busy_s, 3), "wait_s": round(job.wait_s, 3), **data})])
-        if self.shadow is not None and state != "finished":
-            self.shadow.forget(job.id)  # balance would not have run it to its end either
+        if state != "finished":
+            self.policy.forget(job.id)  # e.g. ftf's shadow: balance would not have run it on
         if was_running:
             # a finish waits in the completion buffer; a lost or failed job frees its
             # workers at once (DESIGN.md: reclaimed and redistributed)

@@ -84,8 +84,10 @@ class Launcher:
         return self.log_dir / f"{job_id}.log"
 
     def start(self, job_id: str, token: str, command: list[str], cwd: str | None,
-              env: dict[str, str], workers: int, gpu_ids: tuple[int, ...]) -> Launched:
-        """Start the job under its supervisor; LaunchError (with the reason) if it cannot."""
+              env: dict[str, str], workers: int, gpu_ids: tuple[int, ...],
+              cgroups: tuple[str, ...] = ()) -> Launched:
+        """Start the job under its supervisor (in ``cgroups``, its CPU groups, when given);
+        LaunchError (with the reason) if it cannot."""
         status = self.status_path(job_id)
         if (job_id in self.children or job_id in self.adopted or status.exists()
                 or self.ever_started(job_id)):
@@ -108,7 +110,8 @@ class Launcher:
         log_path = self.log_path(job_id)
         try:
             with open(log_path, "ab") as log:
-                proc = subprocess.Popen([*SUPERVISOR, str(status), "--", *command],
+                groups = [arg for d in cgroups for arg in ("--cgroup", d)]
+                proc = subprocess.Popen([*SUPERVISOR, *groups, str(status), "--", *command],
                                         cwd=cwd or None, env=full_env, stdout=log,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         process_group=0, umask=0o022)

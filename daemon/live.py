@@ -7,7 +7,7 @@ import signal as signals
 from dataclasses import dataclass, field
 
 from adloader.protocol import DataSpec, Finish
-from adloader.samples import LoadingSample, TrainingSample
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 
 ACTIVE = ("running", "paused")
 WAITING = ("buffered", "queued")
@@ -52,7 +52,7 @@ class LiveJob:
     cpu_percent: float | None = None  # a launched job's processes, measured by the node
     busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
     wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
-    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (adloader.correction)
+    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (adloader.scheduling.correction)
     planned_scale: float = 1.0  # c_i in the last plan
     ceiling: float = 0.0  # the last plan's c_i·B·F_μ × GPU share, samples/s
     corrected_at: float = 0.0  # when c_i was last updated

@@ -26,9 +26,10 @@ from adloader.errors import StorageError
 from adloader.host.cpu_group import cpu_group
 from adloader.protocol import ProtocolError
 from adloader.rest import JobSpec
-from adloader.throughput import ThroughputModel
+from adloader.scheduling.throughput import ThroughputModel
 
 from .broker import Broker
+from .job_shares import JobShares
 from .launcher import ExitStatus, Launcher, LaunchError, group_alive
 from .metrics import MetricsCache
 from .model_features import FeatureCounter
@@ -83,6 +84,8 @@ class Node(NodeServiceMixin):
         self._thread: threading.Thread | None = None
         self.online = OnlineModel(prior, self.store, self.scheduler, self.lock,
                                   self._record_event)
+        self.shares = JobShares(config.cpu_shares, self._record_event) \
+            if config.cpu_shares else None
         self.node_cache = (NodeCacheHost(config.node_cache_mb << 20, self._record_event,
                                          self.lock) if config.node_cache_mb else None)
         self._recover()
@@ -283,6 +286,8 @@ class Node(NodeServiceMixin):
             job = self.scheduler.jobs.get(job_id)
             self.outbox.append((job.peer if job else None, msg))
         self.outbox.extend(actions.reply)
+        if self.shares is not None:
+            self.shares.follow(self.scheduler.jobs)
         self.online.maybe_refit()
 
     def _launch(self, job: LiveJob) -> None:
@@ -301,7 +306,8 @@ class Node(NodeServiceMixin):
         try:
             job.token_digest, job.supervisor = self.tokens.digest(token), "launcher"
             started = self.launcher.start(job.id, token, rec.spec.command,
-                                          rec.spec.cwd, rec.spec.env, job.workers, job.gpu_ids)
+                                          rec.spec.cwd, rec.spec.env, job.workers, job.gpu_ids,
+                                          self.shares.dirs(job.id) if self.shares else ())
         except LaunchError as exc:
             self.counters["launch_failures"] += 1
             self._apply(self.scheduler.exited(job.id, 127, None, str(exc)))

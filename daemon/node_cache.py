@@ -4,8 +4,9 @@ Jobs that register with a ``DataSpec`` share one segment per dataset (same name,
 ``client.node_cache``). The daemon makes the segment (room up to C or the whole dataset,
 untouched pages cost nothing), hands its name back in the Allocation, and divides C among the
 datasets the way it divides workers: maximise Σ_d h_d(c_d), Σ_d c_d ≤ C
-(``adloader.cache_arbiter.allocate_dp``, exact on the grid), h_d predicted by Belady's MIN on
-the merged stream of d's jobs, each placed in time by its rate (``adloader.shared_cache``).
+(``adloader.datapath.cache_arbiter.allocate_dp``, exact on the grid), h_d predicted by Belady's MIN
+on
+the merged stream of d's jobs, each placed in time by its rate (``adloader.datapath.shared_cache``).
 Sizes are bytes, so datasets of different sample sizes compete fairly. The split is
 re-solved in a thread at every arrival and departure and applied with
 ``SampleArena.set_limit`` (what leaves gives its pages back to the OS). A dataset whose jobs
@@ -36,10 +37,10 @@ def dataset_key(spec: DataSpec) -> str:
 def predict_split(members: dict[str, tuple[DataSpec, float]], capacity: int,
                   block_bytes: int = 4096, points: int = POINTS) -> dict[str, int]:
     """Bytes per dataset key from the jobs' specs and rates (iterations/s), Σ ≤ capacity."""
-    from adloader.access import access_stream, node_sequence
-    from adloader.cache import evaluate
-    from adloader.cache_arbiter import allocate_dp
-    from adloader.shared_cache import JobAccesses, dataset_view, merge_streams
+    from adloader.datapath.access_stream import access_stream, node_sequence
+    from adloader.datapath.cache_arbiter import allocate_dp
+    from adloader.datapath.cache_policies import evaluate
+    from adloader.datapath.shared_cache import JobAccesses, dataset_view, merge_streams
 
     if not members:
         return {}
@@ -99,7 +100,7 @@ class NodeCacheHost:
             self.resplit(jobs)
 
     def _join(self, job_id: str, spec: DataSpec) -> str | None:
-        from adloader.client.node_cache import create_segment
+        from adloader.host.node_segment import create_segment
 
         key = dataset_key(spec)
         if key not in self.segments:

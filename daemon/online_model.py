@@ -22,7 +22,7 @@ from pathlib import Path
 
 from adloader.errors import InputError, StorageError
 from adloader.host.atomic import write_json
-from adloader.throughput import ThroughputModel
+from adloader.scheduling.throughput import ThroughputModel
 
 from .refit import MIN_REAL, fit_in_child
 from .store import Store, valid_sample

@@ -29,8 +29,8 @@ TIMEOUT_S = 300.0
 
 def fit(request: dict) -> dict:
     """The model JSON for ``request`` (runs in the child)."""
-    from adloader.samples import LoadingSample, TrainingSample
-    from adloader.throughput import LoadingRateModel, ThroughputModel, TrainingRateModel
+    from adloader.scheduling.samples import LoadingSample, TrainingSample
+    from adloader.scheduling.throughput import LoadingRateModel, ThroughputModel, TrainingRateModel
 
     seed = int(request.get("seed", 0))
     prior = request["prior"]

@@ -164,21 +164,21 @@ class DaemonClient:
 
     def pause(self, job_id: str, checkpoint: bool = False) -> rest.JobView:
         return rest.JobView.model_validate(self.request(
-            "POST", rest.job_path(job_id, "pause"), params={"checkpoint": checkpoint}).json())
+            "POST", rest.job_path(job_id, rest.PAUSE), params={"checkpoint": checkpoint}).json())
 
     def resume(self, job_id: str) -> rest.JobView:
         return rest.JobView.model_validate(self.request(
-            "POST", rest.job_path(job_id, "resume")).json())
+            "POST", rest.job_path(job_id, rest.RESUME)).json())
 
     def log(self, job_id: str, tail: int = 64 * 1024) -> str:
-        return self.request("GET", rest.job_path(job_id, "log"), params={"tail": tail}).text
+        return self.request("GET", rest.job_path(job_id, rest.LOG), params={"tail": tail}).text
 
     def follow_log(self, job_id: str, tail: int = 64 * 1024) -> Iterator[str]:
         """The job's output as it is written, until the job has ended and all is read."""
         conn = self._connection(None)  # no time-out: a quiet job is not a dead daemon
         try:
             try:
-                raw = self._send(conn, "GET", rest.job_path(job_id, "log"),
+                raw = self._send(conn, "GET", rest.job_path(job_id, rest.LOG),
                                  {"tail": tail, "follow": True}, None)
             except ConnectionRefusedError:
                 raise DaemonUnavailable(f"no daemon at {self.url} (start one with "

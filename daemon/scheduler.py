@@ -3,7 +3,7 @@
 No sockets, processes or disk: it takes events (a submitted job, a master's message, a
 process's exit, the clock) and returns what to do — jobs to launch, messages to send,
 processes to signal. The node (``daemon.node``) carries those out. Decisions come from
-``adloader.planner``, the code the simulator runs too.
+``adloader.scheduling.planner``, the code the simulator runs too.
 
 Trust: a message is judged by its (job id, token) pair alone. A message whose token does
 not prove the job it names changes nothing and is answered only to its sender. Commands for
@@ -20,10 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from adloader import correction
-from adloader.allocation import replans_at_completion
 from adloader.errors import InputError
-from adloader.planner import PlanJob, plan
 from adloader.protocol import (
     Allocation,
     Exit,
@@ -37,9 +34,11 @@ from adloader.protocol import (
     Resume,
     Stop,
 )
-from adloader.samples import LoadingSample, TrainingSample
-from adloader.shadow_balance import ShadowBalance
-from adloader.throughput import ThroughputModel
+from adloader.scheduling import correction
+from adloader.scheduling.planner import PlanJob, plan
+from adloader.scheduling.policies import get_policy
+from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.throughput import ThroughputModel
 
 from .endings import EndingsMixin
 from .live import (  # noqa: F401  (the states, for the scheduler's users)
@@ -64,11 +63,11 @@ class Scheduler(EndingsMixin):
                  completion_window_s: float = 30.0, heartbeat_s: float = 1.0,
                  lost_timeout_s: float = 3.0, max_jobs_per_gpu: int = 2,
                  cancel_grace_s: float = 10.0, clock: Callable[[], float]):
-        self.capacity, self.gpus, self.policy = capacity, gpus, policy
+        self.capacity, self.gpus = capacity, gpus
+        self.policy = get_policy(policy)  # this node's own: its state (ftf's shadow) lives here
         self.tokens = tokens
         self.arrival_window_s, self.completion_window_s = arrival_window_s, completion_window_s
-        self.shadow: ShadowBalance | None = None  # balance beside the real run (``ftf``)
-        if replans_at_completion(policy):
+        if self.policy.replans_at_completion:
             self.completion_window_s = 0.0
         self.heartbeat_s, self.lost_timeout_s = heartbeat_s, lost_timeout_s
         self.max_jobs_per_gpu = max_jobs_per_gpu
@@ -80,16 +79,13 @@ class Scheduler(EndingsMixin):
         self.ended: dict[str, str] = {}  # terminal jobs of earlier daemons: id -> state
         self.flush_at: float | None = None
         self.set_model(model)
-        if replans_at_completion(policy):
-            self.shadow = ShadowBalance(self.capacity, self.table)
 
     def set_model(self, model: ThroughputModel, table=None) -> None:
         """Use ``model`` from now on (``table``: its loading table, if made already — making
         it for a large node is the slow part, best done before taking any lock)."""
         self.model = model
         self.table = model.loading_table(self.capacity) if table is None else table
-        if self.shadow is not None:
-            self.shadow.capacity, self.shadow.table = self.capacity, self.table
+        self.policy.rebase(self.capacity, self.table)
 
     def set_capacity(self, capacity: int) -> Actions:
         """The node's workers changed (its cgroup was resized): plan every job again now."""
@@ -214,7 +210,7 @@ class Scheduler(EndingsMixin):
         return plan(self._views(jobs), capacity=self.capacity, gpus=self.gpus,
                     model=self.model, table=self.table, policy=self.policy,
                     max_jobs_per_gpu=self.max_jobs_per_gpu, now=self.clock(),
-                    shadow=self.shadow, window=self.completion_window_s)
+                    window=self.completion_window_s)
 
     def replan(self) -> Actions:
         """Close the buffers: admit, allocate, launch new jobs, resize running ones. A job
@@ -244,9 +240,10 @@ class Scheduler(EndingsMixin):
         for job_id, ceiling in decision.ceiling.items():
             job = self.jobs[job_id]
             job.ceiling, job.planned_scale = ceiling, job.rate_scale
-        if self.shadow is not None and decision.predicted:
-            # ftf counts on its predicted completions: look again when the first is due, so a
-            # job that runs longer than it said does not keep the workers it was lent
+        if self.policy.replans_at_completion and decision.predicted:
+            # a policy that plans on completions counts on its predicted ones: look again when
+            # the first is due, so a job that runs longer than it said does not keep the
+            # workers it was lent
             due = min(self.jobs[k].remaining_samples / max(v, 1e-9)
                       for k, v in decision.predicted.items())
             self._open(max(REVIEW_MIN_S, 1.1 * due))
@@ -340,7 +337,7 @@ class Scheduler(EndingsMixin):
 
     def _correct(self, job: LiveJob, observed: float) -> Actions:
         """c_i from the job's own steps, one update per ``CORRECT_EVERY_S``; a re-plan at
-        once when it moved since the job's last plan (``adloader.correction``)."""
+        once when it moved since the job's last plan (``adloader.scheduling.correction``)."""
         now = self.clock()
         if job.corrected_at == 0.0:  # its first GPU-bound beat: skip the warm-up
             job.corrected_at = now + correction.WARMUP_S - CORRECT_EVERY_S

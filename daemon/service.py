@@ -43,7 +43,7 @@ class NodeService(Protocol):
         ...
 
     def node_summary(self) -> dict:
-        """What the node offers a cluster scheduler (``adloader.node_summary``)."""
+        """What the node offers a cluster scheduler (``adloader.scheduling.node_summary``)."""
         ...
 
     def events(self, since: int, limit: int) -> list[dict]:

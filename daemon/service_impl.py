@@ -102,10 +102,11 @@ class NodeServiceMixin:
                     "jobs": jobs, "node_workers": sum(jobs.values())}
 
     def node_summary(self) -> dict:
-        """Spare loading capacity and the gain of one more worker (adloader.node_summary),
+        """Spare loading capacity and the gain of one more worker
+        (adloader.scheduling.node_summary),
         and the node cache's room, for a cluster scheduler."""
-        from adloader.node_summary import summary
-        from adloader.planner import demands
+        from adloader.scheduling.node_summary import summary
+        from adloader.scheduling.planner import demands
 
         with self.lock:
             sched = self.scheduler

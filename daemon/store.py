@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from adloader import limits
 from adloader.errors import StorageError
 from adloader.rest import JobSpec, SpecFeatures
-from adloader.samples import LoadingSample, TrainingSample
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 
 JOB_STATES = ("queued", "buffered", "running", "paused", "finished", "failed", "lost",
               "cancelled")  # fmt: skip

@@ -1,6 +1,9 @@
 """The launcher's supervisor: one small process per launched job that outlives the daemon.
 
-``python -m adloader.daemon.supervise STATUS -- COMMAND...`` first records that it started
+``python -m adloader.daemon.supervise [--cgroup DIR]... STATUS -- COMMAND...`` first joins
+the job's CPU groups (each ``DIR/cgroup.procs``: the job and every worker it forks inherit
+them; a group it cannot join is said in the log and the job runs unconfined), then records
+that it started
 (``STATUS.started``, before the command can run: a daemon that finds no such file knows
 the job never ran), then starts COMMAND as its child (in its own process group, which the
 launcher made), waits for it and writes the exit status to STATUS atomically —
@@ -29,10 +32,22 @@ def write_status(path: str, status: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    groups = []
+    while len(argv) >= 2 and argv[0] == "--cgroup":
+        groups.append(argv[1])
+        argv = argv[2:]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m adloader.daemon.supervise STATUS -- COMMAND...", file=sys.stderr)
+        print("usage: python -m adloader.daemon.supervise [--cgroup DIR]... STATUS -- "
+              "COMMAND...", file=sys.stderr)
         return 2
     status, command = argv[0], argv[2:]
+    for group in groups:
+        try:
+            with open(os.path.join(group, "cgroup.procs"), "w") as fh:
+                fh.write(str(os.getpid()))
+        except OSError as exc:
+            print(f"adloader: cannot join the job's CPU group {group}: {exc.strerror}; "
+                  "its CPU share is not enforced", file=sys.stderr, flush=True)
     try:
         write_status(f"{status}.started", {"pid": os.getpid(), "t": time.time()})
     except OSError as exc:  # not recorded: the command must not run

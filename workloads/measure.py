@@ -22,7 +22,7 @@ from scipy.optimize import nnls
 from torch.utils.data import DataLoader, Dataset
 
 from adloader.errors import InputError
-from adloader.samples import LoadingSample, TrainingSample
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.sim.device_profile import DeviceProfile
 
 CPU_MODELS = ("smResnet20", "mdResnet12", "smVGG7", "smResnet32")

@@ -10,23 +10,27 @@ from pathlib import Path
 
 from rich.progress import Progress
 
+from adloader import rest
 from adloader.sim.trace import Trace
 
 FINAL = ("finished", "failed", "lost", "cancelled")
 
 
 def job_command(job, iterations: int, step_scale: float, crop: int, data: str,
-                images: int) -> list[str]:
+                images: int, report_dir: str = "") -> list[str]:
+    """The reference job's command for one job of a trace (``report_dir``: each job writes
+    what it measured of itself there, as ``NAME.json``)."""
+    report = ["--report", str(Path(report_dir) / f"{job.name}.json")] if report_dir else []
     return [sys.executable, "-m", "adloader.workloads.train", "--model", job.model,
             "--batch-size", str(job.batch_size), "--gpus", str(job.gpus), "--iterations",
             str(iterations), "--step-scale", str(step_scale), "--crop", str(crop), "--data",
-            data, "--images", str(images)]
+            data, "--images", str(images), *report]
 
 
 def replay(trace: Trace, call: Callable, *, time_scale: float = 1.0,
            iterations_scale: float = 1.0, step_scale: float = 1.0, crop: int = 224,
            data: str = "", images: int = 256, timeout_s: float = 3600,
-           progress: Progress | None = None) -> dict:
+           progress: Progress | None = None, report_dir: str = "") -> dict:
     """Submit every job of ``trace`` at arrival × time_scale; wait; summarise.
 
     ``call(method, path, **kw)`` talks to the daemon (returns an httpx.Response).
@@ -46,11 +50,11 @@ def replay(trace: Trace, call: Callable, *, time_scale: float = 1.0,
             body = {"name": job.name, "model": job.model, "batch_size": job.batch_size,
                     "gpus": job.gpus, "iterations": iterations[job.name],
                     "command": job_command(job, iterations[job.name], step_scale, crop, data,
-                                           images)}
+                                           images, report_dir)}
             if job.workers is not None:
                 body["workers"] = job.workers
-            ids[job.name] = call("POST", "/v1/jobs", json=body).json()["id"]
-        views = {v["id"]: v for v in call("GET", "/v1/jobs").json() if v["id"] in ids.values()}
+            ids[job.name] = call("POST", rest.JOBS, json=body).json()["id"]
+        views = {v["id"]: v for v in call("GET", rest.JOBS).json() if v["id"] in ids.values()}
         done = sum(v["state"] in FINAL for v in views.values())
         if progress:
             progress.update(task, completed=done,
@@ -62,12 +66,12 @@ def replay(trace: Trace, call: Callable, *, time_scale: float = 1.0,
         raise TimeoutError(f"replay: jobs still running after {timeout_s:g} s")
     events, since = [], 0
     while True:  # every event, page by page
-        page = call("GET", "/v1/events", params={"since": since, "limit": 5000}).json()
+        page = call("GET", rest.EVENTS, params={"since": since, "limit": 5000}).json()
         events += page
         if len(page) < 5000:
             break
         since = page[-1]["id"]
-    alloc = call("GET", "/v1/allocations").json()
+    alloc = call("GET", rest.ALLOCATIONS).json()
     return summarise(trace, ids, views, events, alloc, iterations, start)
 
 

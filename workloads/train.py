@@ -8,6 +8,12 @@ GPU the step is emulated: the job sleeps for the step time the device profile gi
 its model and batch (eq. 6), holding a lock per emulated GPU, so jobs that share a GPU
 take turns — one GPU's steps serialised. The two lines that put it under the daemon are
 ``ElasticDataLoader(...)`` and ``attach(loader, ...)``.
+
+The baselines users run without adloader (issue 23) are the same job on torch's own
+``torch.utils.data.DataLoader``, not under any daemon: ``--loader torch --workers N`` (a fixed
+``num_workers``) or ``--loader torch --autotune`` (``workloads.autotune``: the job tunes its
+own count). ``--report FILE`` writes what the job measured of itself as one JSON object: its
+training loop's start and end (wall clock), rate, time blocked on the loader, workers.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import sys
 import tempfile
@@ -24,18 +31,21 @@ from pathlib import Path
 
 import torch
 
+from adloader import env as names
 from adloader.client import attach
 from adloader.client.loader import ElasticDataLoader
 from adloader.errors import InputError
+from adloader.host.atomic import atomic_path
 from adloader.models import build, features
 from adloader.sim.device_profile import load_profile
+from adloader.workloads.autotune import Autotuner
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 
 
 @contextlib.contextmanager
 def gpu_locks(gpu_ids: list[int]):
     """Hold the emulated GPUs (file locks, taken in order so two jobs never deadlock)."""
-    base = Path(os.environ.get("ADLOADER_GPU_LOCK_DIR") or tempfile.gettempdir())
+    base = Path(os.environ.get(names.GPU_LOCK_DIR) or tempfile.gettempdir())
     handles = []
     try:
         for g in sorted(set(gpu_ids)):
@@ -70,16 +80,71 @@ def parse_args(argv=None):
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--iterations", type=int, default=100)
     p.add_argument("--workers", type=int, default=1, help="until the daemon says otherwise")
-    p.add_argument("--profile", default=os.environ.get("ADLOADER_STEP_PROFILE", "paper"),
+    p.add_argument("--profile", default=os.environ.get(names.STEP_PROFILE, "paper"),
                    help="device profile for emulated steps (no GPU)")
     p.add_argument("--step-scale", type=float,
-                   default=float(os.environ.get("ADLOADER_STEP_SCALE", "1")),
+                   default=float(os.environ.get(names.STEP_SCALE, "1")),
                    help="multiply emulated step times (to scale a mix to this machine)")
-    p.add_argument("--data", default=os.environ.get("ADLOADER_DATA", ""))
+    p.add_argument("--data", default=os.environ.get(names.DATA, ""))
     p.add_argument("--images", type=int, default=256)
     p.add_argument("--crop", type=int, default=224)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--loader", choices=("elastic", "torch"), default="elastic",
+                   help="torch: torch's own DataLoader, no daemon (a baseline)")
+    p.add_argument("--autotune", action="store_true",
+                   help="with --loader torch: the job tunes its own num_workers")
+    p.add_argument("--report", default="", help="write what the job measured as JSON here")
     return p.parse_args(argv)
+
+
+class _From(torch.utils.data.Sampler):
+    """An epoch's permutation from ``start`` on: torch's DataLoader rebuilt mid-epoch with
+    another ``num_workers`` (what a user's own tuner has to do) goes on where it was."""
+
+    def __init__(self, order: list[int], start: int):
+        self.order, self.start = order, start
+
+    def __iter__(self):
+        return iter(self.order[self.start:])
+
+    def __len__(self) -> int:
+        return len(self.order) - self.start
+
+
+class TorchBaseline:
+    """torch's own DataLoader with a fixed ``num_workers``, or tuned by the job itself
+    (``Autotuner``): what a user runs without adloader. Iterates batches of one epoch."""
+
+    def __init__(self, dataset, batch_size: int, workers: int, seed: int, autotune: bool):
+        self.dataset, self.batch_size, self.seed = dataset, batch_size, seed
+        cores = len(os.sched_getaffinity(0))
+        self.tuner = Autotuner(most=cores) if autotune else None
+        self.workers = self.tuner.workers if self.tuner else workers
+        self.history: list[tuple[int, int]] = [(0, self.workers)]  # (batch, workers)
+
+    def _loader(self, order: list[int], start: int):
+        return iter(torch.utils.data.DataLoader(
+            self.dataset, batch_size=self.batch_size, sampler=_From(order, start),
+            num_workers=self.workers, drop_last=True,
+            multiprocessing_context="fork" if self.workers else None))
+
+    def epoch(self, epoch: int):
+        """(batch, seconds blocked on the loader) of one epoch; send each step's seconds back."""
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(len(self.dataset), generator=g).tolist()
+        taken = 0
+        while True:  # one pool; another where it stopped when the tuner changes the count
+            for batch, wait in _timed(self._loader(order, taken * self.batch_size)):
+                taken += 1
+                step = yield batch, wait
+                want = self.workers if self.tuner is None else \
+                    self.tuner.observe(self.batch_size, wait, step or 0.0)
+                if want != self.workers:
+                    self.workers = want
+                    self.history.append((taken, want))
+                    break
+            else:
+                return
 
 
 def main(argv=None) -> int:
@@ -96,14 +161,22 @@ def main(argv=None) -> int:
     ensure_images(data, args.images, seed=args.seed)
     dataset = SyntheticJPEGDataset(data, size=args.iterations * args.batch_size + args.batch_size,
                                    images=args.images, crop=args.crop, seed=args.seed)
-    loader = ElasticDataLoader(dataset, batch_size=args.batch_size, shuffle=True,
-                               num_workers=args.workers, seed=args.seed, drop_last=True)
+    baseline = args.loader == "torch"
+    if args.autotune and not baseline:
+        print("adloader-train: error: --autotune goes with --loader torch", file=sys.stderr)
+        return 2
+    if baseline:
+        loader = TorchBaseline(dataset, args.batch_size, args.workers, args.seed,
+                               args.autotune)
+    else:
+        loader = ElasticDataLoader(dataset, batch_size=args.batch_size, shuffle=True,
+                                   num_workers=args.workers, seed=args.seed, drop_last=True)
     cuda = torch.cuda.is_available()
     net = optimizer = None
     if cuda:
         net = build(args.model).cuda()
         optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    gpu_ids = [int(g) for g in os.environ.get("ADLOADER_GPU_IDS", "0").split(",") if g != ""]
+    gpu_ids = [int(g) for g in os.environ.get(names.GPU_IDS, "0").split(",") if g != ""]
     step_s = 0.0
     if not cuda:
         profile = load_profile(args.profile)
@@ -113,12 +186,24 @@ def main(argv=None) -> int:
     state = (lambda: {"model": net.state_dict(), "optimizer": optimizer.state_dict(),
                       "loader": loader.state_dict()}) if cuda else (
         lambda: {"loader": loader.state_dict()})
-    job = attach(loader, model=args.model, batch_size=args.batch_size, gpus=args.gpus,
-                 iterations=args.iterations, state=state)
-    done, epoch, start = 0, 0, time.perf_counter()
+    job = None if baseline else attach(loader, model=args.model, batch_size=args.batch_size,
+                                       gpus=args.gpus, iterations=args.iterations, state=state)
+    done, epoch, waited = 0, 0, 0.0
+    start_wall, start = time.time(), time.perf_counter()
     while done < args.iterations:
-        loader.set_epoch(epoch)
-        for images, labels in loader:
+        if baseline:
+            batches = loader.epoch(epoch)
+        else:
+            loader.set_epoch(epoch)
+            batches = _timed(loader)
+        step_s_taken = None
+        while True:
+            try:
+                (images, labels), wait = batches.send(step_s_taken)
+            except StopIteration:
+                break
+            waited += wait
+            t_step = time.perf_counter()
             if cuda:
                 images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
                 loss = torch.nn.functional.cross_entropy(net(images), labels)
@@ -128,15 +213,44 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
             else:
                 emulate_step(step_s, gpu_ids)
+            step_s_taken = time.perf_counter() - t_step
             done += 1
             if done >= args.iterations:
+                batches.close()
                 break
         epoch += 1
     elapsed = time.perf_counter() - start
     print(f"trained {args.model}: {done} iterations of {args.batch_size} in {elapsed:.1f} s "
           f"({done * args.batch_size / elapsed:.1f} samples/s)", flush=True)
-    job.finish(0)
+    if args.report:
+        history = loader.history if baseline else None
+        _report(args.report, {"model": args.model, "loader": args.loader,
+                              "autotune": args.autotune, "iterations": done,
+                              "batch_size": args.batch_size, "start": start_wall,
+                              "end": start_wall + elapsed, "elapsed_s": elapsed,
+                              "rate": done * args.batch_size / elapsed, "wait_s": waited,
+                              "workers": history,
+                              "master_cpu_s": job.cpu_s() if job is not None else 0.0})
+    if job is not None:
+        job.finish(0)
     return 0
+
+
+def _timed(loader):
+    """(batch, seconds blocked on the loader) of one pass over ``loader``."""
+    it = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        yield batch, time.perf_counter() - t0
+
+
+def _report(path: str, data: dict) -> None:
+    with atomic_path(Path(path)) as tmp:
+        Path(tmp).write_text(json.dumps(data))
 
 
 if __name__ == "__main__":

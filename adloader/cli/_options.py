@@ -5,12 +5,9 @@ file; nothing else does, so two flags never collide on one variable."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
-from pathlib import Path
 
 from adloader import env
-from adloader.errors import InputError
 
 
 def daemon_options() -> argparse.ArgumentParser:
@@ -38,25 +35,39 @@ def config_option(parser: argparse.ArgumentParser) -> None:
                         help=f"the daemon's TOML settings file ({env.CONFIG})")
 
 
-def sim_options(parser: argparse.ArgumentParser) -> None:
-    """The simulated node: device profile, TPM, seed, cores, windows, reallocation cost."""
+SIM_FLAGS = ("--profile", "--model", "--seed", "--cores", "--window", "--prediction-error",
+             "--realloc-cost")
+
+
+def sim_options(parser: argparse.ArgumentParser, only: tuple[str, ...] = SIM_FLAGS) -> None:
+    """The simulated node: device profile, TPM, seed, cores, windows, reallocation cost (those
+    of them named in ``only``; the others keep their defaults in ``simulation_setup``)."""
     from adloader.sim.simulator import LIVE_RESIZE_S
 
-    parser.add_argument("--profile", default="paper",
-                        help="bundled profile name or a profile JSON (adloader profile)")
-    parser.add_argument("--model", default=None,
-                        help="a fitted TPM JSON; default: fit one from the profile's samples")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cores", type=int, default=None,
-                        help="loading workers of the node (default: the profile's)")
-    parser.add_argument("--window", type=float, default=30.0,
-                        help="arrival and completion buffer windows, seconds (paper: 30)")
-    parser.add_argument("--prediction-error", type=float, default=0.0,
-                        help="each job's predicted training rate off by up to ± this fraction "
-                             "(robustness; the simulated truth is unchanged)")
-    parser.add_argument("--realloc-cost", type=float, default=LIVE_RESIZE_S,
-                        help="seconds a resized job stalls (default: adloader's live resize, "
-                             f"{LIVE_RESIZE_S} s; the paper's pause-and-retrieve: 16)")
+    if set(only) - set(SIM_FLAGS):
+        raise ValueError(f"not simulation flags: {sorted(set(only) - set(SIM_FLAGS))}")
+    flags = {
+        "--profile": dict(default="paper",
+                          help="bundled profile name or a profile JSON (adloader profile)"),
+        "--model": dict(default=None,
+                        help="a fitted TPM JSON; default: fit one from the profile's samples"),
+        "--seed": dict(type=int, default=0),
+        "--cores": dict(type=int, default=None,
+                        help="loading workers of the node (default: the profile's)"),
+        "--window": dict(type=float, default=30.0,
+                         help="arrival and completion buffer windows, seconds (paper: 30)"),
+        "--prediction-error": dict(type=float, default=0.0,
+                                   help="each job's predicted training rate off by up to ± "
+                                        "this fraction (robustness; the simulated truth is "
+                                        "unchanged)"),
+        "--realloc-cost": dict(type=float, default=LIVE_RESIZE_S,
+                               help="seconds a resized job stalls (default: adloader's live "
+                                    f"resize, {LIVE_RESIZE_S} s; the paper's "
+                                    "pause-and-retrieve: 16)"),
+    }
+    for flag in SIM_FLAGS:
+        if flag in only:
+            parser.add_argument(flag, **flags[flag])
 
 
 def counts(text: str) -> tuple[int, ...]:
@@ -70,40 +81,21 @@ def counts(text: str) -> tuple[int, ...]:
     return values
 
 
-def output_options(parser: argparse.ArgumentParser) -> None:
+def json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="write the result as JSON")
+
+
+def output_options(parser: argparse.ArgumentParser) -> None:
+    json_option(parser)
     parser.add_argument("--plot", default=None, help="write the timeline PNG")
 
 
-def load_model(path: str | Path):
-    """A fitted TPM from its JSON file (``adloader tpm fit -o``)."""
-    from adloader.throughput import ThroughputModel
-
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    return ThroughputModel.from_json(data)
-
-
 def simulation_setup(args: argparse.Namespace):
-    """(profile, model, SimConfig) from the sim options."""
-    from adloader.sim import synth
-    from adloader.sim.device_profile import load_profile
-    from adloader.sim.simulator import SimConfig
+    """(profile, model, SimConfig) from the sim options (``adloader.sim.report.setup``); a
+    flag the command does not take keeps its default."""
+    from adloader.sim import report
 
-    if args.realloc_cost < 0:
-        raise InputError("--realloc-cost must be at least 0")
-    if args.cores is not None and args.cores < 1:
-        raise InputError("--cores must be at least 1")
-    error = getattr(args, "prediction_error", 0.0)
-    if not 0.0 <= error < 1.0:
-        raise InputError(f"--prediction-error must be in [0, 1), got {error}")
-    profile = load_profile(args.profile)
-    model = load_model(args.model) if args.model else synth.fitted_model(profile, args.seed)
-    config = SimConfig(capacity=args.cores, arrival_window_s=args.window,
-                       completion_window_s=args.window, realloc_cost_s=args.realloc_cost,
-                       prediction_error=error, error_seed=args.seed)
-    return profile, model, config
+    return report.setup(args.profile, getattr(args, "model", None), getattr(args, "seed", 0),
+                        getattr(args, "cores", None), getattr(args, "window", 30.0),
+                        getattr(args, "realloc_cost", None),
+                        getattr(args, "prediction_error", 0.0))

@@ -2,43 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from rich.console import Console
 from rich.table import Table
 
-from adloader.host.atomic import write_json
+# the console, tables, result files and plots: one implementation, shared with the simulated
+# benchmarks' reports (which ``adloader demo`` prints too)
+from adloader.sim.report import console, plot, save, table
 
-
-def console() -> Console:
-    """A console wide enough for our tables also when stdout is a file or a pipe."""
-    return Console() if sys.stdout.isatty() else Console(width=140)
-
-
-def table(title: str, columns: list[str], rows: list[list], *, left: int = 1) -> Table:
-    """A table whose first ``left`` columns are left-aligned and the rest right-aligned."""
-    out = Table(title=title)
-    for i, col in enumerate(columns):
-        out.add_column(col, justify="left" if i < left else "right")
-    for row in rows:
-        out.add_row(*[str(x) for x in row])
-    return out
-
-
-def save(path: str | Path | None, data) -> None:
-    """Write a result as JSON (atomically) when ``--json PATH`` was given."""
-    if path:
-        write_json(path, data)
-
-
-def plot(path: str | Path | None, results: list[dict], title: str | None = None) -> None:
-    """Draw timelines when ``--plot PATH`` was given (matplotlib only then)."""
-    if path:
-        from adloader.workloads.plot import plot_timelines
-
-        plot_timelines(results, path, **({"title": title} if title else {}))
-        console().print(f"wrote {path}")
+__all__ = ["console", "describe", "plot", "result_line", "result_table", "save",
+           "score_table", "table"]
 
 
 def result_table(result: dict, title: str) -> Table:
@@ -60,7 +31,7 @@ def result_line(result: dict) -> str:
 
 def score_table(model) -> Table:
     """Table I: held-out R² of each regressor for F_μ and F_λ; the chosen one starred."""
-    from adloader.throughput import REGRESSORS
+    from adloader.scheduling.throughput import REGRESSORS
 
     rows = []
     for name in ("staged", *REGRESSORS):

@@ -225,6 +225,8 @@ SETTINGS = {
     "--cancel-grace": ("cancel_grace_s", float, "seconds a cancelled job has to stop"),
     "--node-cache-mb": ("node_cache_mb", int, "MiB of node cache shared by the jobs that read "
                         "one dataset, split among datasets by predicted hits (0 = none)"),
+    "--cpu-shares": ("cpu_shares", str, "put each job in a cgroup of its own under this parent "
+                     "(e.g. adloader), its CPU weight following its workers (needs root)"),
 }
 FLAGS = {"--config": "config", **{flag: dest for flag, (dest, *_) in SETTINGS.items()}}
 

@@ -20,7 +20,7 @@ from rich.progress import (
 from rich.table import Table
 
 from adloader.errors import InputError
-from adloader.samples import LoadingSample, TrainingSample
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.sim.device_profile import DeviceProfile, save_profile
 from adloader.workloads import measure
 from adloader.workloads.dataset import SyntheticJPEGDataset

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from adloader.allocation import DEFAULT_POLICY, POLICIES, get_policy
 from adloader.errors import InputError
+from adloader.scheduling.policies import DEFAULT_POLICY, POLICIES, get_policy
 
 from . import _options, _output
 
@@ -34,8 +34,8 @@ def _demo(args: argparse.Namespace) -> int:
     runs in the simulator under every policy (``adloader bench static``)."""
     import tempfile
 
-    from adloader.cli.bench import static_benchmark
     from adloader.daemon.process import DaemonProcess
+    from adloader.sim.report import static_benchmark
     from adloader.sim.trace import load_trace
     from adloader.workloads.replay import replay
 

@@ -23,7 +23,7 @@ def _samples(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace) -> int:
     from adloader.host.atomic import write_json
-    from adloader.throughput import ThroughputModel
+    from adloader.scheduling.throughput import ThroughputModel
     from adloader.workloads.samplefile import read_samples
 
     training, loading = read_samples(args.samples)

@@ -8,11 +8,11 @@ Kubernetes device plugin does:
 
 - ``spread``: the nodes with the most free GPUs (the default scheduler's LeastAllocated);
 - ``binpack``: the fewest free GPUs that still fit (MostAllocated);
-- ``loading``: the highest ``spare_rate`` of the node summary (``adloader.node_summary``:
+- ``loading``: the highest ``spare_rate`` of the node summary (``adloader.scheduling.node_summary``:
   what a new job could load there now), most free GPUs to break ties.
 
 Every node whose job set changed is re-planned at once with the daemon's planner and
-policy (``adloader.planner.plan``, predicted rates from the fitted TPM), truth from the
+policy (``adloader.scheduling.planner.plan``, predicted rates from the fitted TPM), truth from the
 profile. Event-driven: between events each job runs at its fluid rate; only changed nodes
 are re-planned. Reported: makespan, mean JCT (from arrival), GPU idle (held but waiting for
 data, and not held at all), and the simulator's speed in simulated node-hours per second.
@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adloader.allocation import DEFAULT_POLICY
 from adloader.errors import InputError
-from adloader.gpushare import iteration_rates
 from adloader.models import features
-from adloader.node_summary import summary
-from adloader.planner import PlanJob, demands, plan
+from adloader.scheduling.gpushare import iteration_rates
+from adloader.scheduling.node_summary import summary
+from adloader.scheduling.planner import PlanJob, demands, plan
+from adloader.scheduling.policies import DEFAULT_POLICY
+from adloader.scheduling.throughput import ThroughputModel
 from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.generator import PAPER_MIX, batch_for
-from adloader.throughput import ThroughputModel
 
 PLACEMENTS = ("spread", "binpack", "loading")
 

@@ -20,13 +20,14 @@ from collections.abc import Callable
 import numpy as np
 from rich.progress import Progress
 
-from adloader.allocation import POLICIES, JobDemand, get_policy, total_throughput
 from adloader.errors import InputError
-from adloader.fair_allocation import FairAllocator
+from adloader.scheduling.allocation import JobDemand, total_throughput
+from adloader.scheduling.fair import FairAllocator
+from adloader.scheduling.policies import POLICIES, get_policy
+from adloader.scheduling.throughput import ThroughputModel
 from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace
-from adloader.throughput import ThroughputModel
 
 FIXED = ("proportion", "balance", "inverse", "requested")  # the paper's manual allocations
 SCHEDULED = ("waa", "optimal", "fair", "jct", "ftf", "ftf:0")  # ftf:0: no floor, the most Σ
@@ -64,8 +65,8 @@ def instant_frontier(trace: Trace, profile: DeviceProfile, model: ThroughputMode
                      base: SimConfig | None = None) -> list[dict]:
     """The Pareto set (Σ T against balance, worst job against its balance rate) over every
     allocation of the jobs present at t = 0, by exhaustive search (``pareto_frontier``)."""
-    from adloader.fair_frontier import pareto_frontier
-    from adloader.planner import PlanJob, _place, demands
+    from adloader.scheduling.fair_frontier import pareto_frontier
+    from adloader.scheduling.planner import PlanJob, _place, demands
     from adloader.sim.simulator import Simulator
 
     sim = Simulator(trace, profile, model, base or SimConfig())
@@ -92,7 +93,7 @@ def static_bounds(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     ``makespan_lb`` or, with every job at ≥ α × its rate in ``balance_run``, reaches more
     than ``sum_ub`` Σ samples/s. Each subset's best node rate is found by exhaustive search
     over allocations (``all_plans``) on its GPUs as placed at t = 0."""
-    from adloader.fair_frontier import all_plans, schedule_bounds
+    from adloader.scheduling.fair_frontier import all_plans, schedule_bounds
     from adloader.sim.schedule_oracle import jobs_at_start
     from adloader.sim.simulator import gpu_rates
 
@@ -207,7 +208,7 @@ def dynamic_bound(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     """``fair_frontier.arrival_bound`` on the simulator's ground truth: R* = the most the
     node loads, max_D L(D) over its capacity, and each job's best rate its GPUs' B / step
     (its training rate F_μ alone on them; loading never makes it faster)."""
-    from adloader.fair_frontier import arrival_bound
+    from adloader.scheduling.fair_frontier import arrival_bound
     from adloader.sim.simulator import Simulator
 
     sim = Simulator(trace, profile, model, base or SimConfig())
@@ -268,12 +269,10 @@ def allocation_timing(jobs: int = 1000, capacity: int = 1024, repeats: int = 7,
     demands = [_demand(rng, f"j{i}") for i in range(jobs)]
     case = f"{jobs} jobs × {capacity} workers"
     rows = []
-    from adloader.finish_fair import MAX_JOBS
-
     for name in POLICIES:
-        if name == "ftf" and jobs > MAX_JOBS:
-            continue  # it is ``fair`` there; timed on the small node below
-        policy: Callable = get_policy(name)
+        policy = get_policy(name)
+        if policy.most_jobs is not None and jobs > policy.most_jobs:
+            continue  # it is another policy there (ftf: ``fair``); timed on the small node below
         runs = [_timed(lambda p=policy: p(demands, capacity, table)) for _ in range(repeats)]
         rows.append(_row(name, case, demands, capacity, table, [t for t, _ in runs],
                          runs[-1][1]))
@@ -299,9 +298,7 @@ def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
     it is ``fair``) on each instance, each on a fresh copy of the table (``ftf`` reads which
     rows a table has once: cold); then warm ``fair`` and ``ftf`` re-solving it after the last
     decision (``before``) was made on the same table, untimed."""
-    from adloader.finish_fair import MAX_JOBS
-
-    small = len(afters[-1]) <= MAX_JOBS
+    small = len(afters[-1]) <= get_policy("ftf").most_jobs
     rows = []
     for name in ("optimal", "fair", "jct") + (("ftf",) if small else ()):
         policy = get_policy(name)

@@ -8,16 +8,16 @@ import itertools
 
 import numpy as np
 
+from adloader.scheduling.throughput import ThroughputModel
 from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, Simulator, gpu_rates
 from adloader.sim.trace import Trace
-from adloader.throughput import ThroughputModel
 
 
 def jobs_at_start(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
                   base: SimConfig | None = None):
     """(the simulator, its jobs arriving at t = 0 placed on GPUs as the planner would)."""
-    from adloader.planner import PlanJob, _place
+    from adloader.scheduling.planner import PlanJob, _place
 
     sim = Simulator(trace, profile, model, base or SimConfig())
     jobs = [j for j in sim.jobs if j.spec.arrival_s == 0]
@@ -38,8 +38,8 @@ def static_schedule_oracle(trace: Trace, profile: DeviceProfile, model: Throughp
     too, and the reached schedule's makespan against balance's. ``pause``:
     a schedule may leave a present job with no worker; else every job keeps one, as the
     daemon's policies do."""
-    from adloader.fair_frontier import all_plans
-    from adloader.schedule_lp import best_schedule
+    from adloader.scheduling.fair_frontier import all_plans
+    from adloader.scheduling.schedule_lp import best_schedule
 
     sim, jobs = jobs_at_start(trace, profile, model, base)
     n = len(jobs)

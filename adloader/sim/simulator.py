@@ -1,7 +1,7 @@
 """Discrete-event simulation of one node running a trace under an allocation policy.
 
 The scheduler side is the real one — arrival and completion buffers (A-Dloader §III-C5),
-a policy from ``adloader.allocation.POLICIES`` fed by a fitted TPM — while time runs on a
+a policy from ``adloader.scheduling.allocation.POLICIES`` fed by a fitted TPM — while time runs on a
 device profile's ground truth: between events every running job progresses at a fluid
 rate, limited by its loading rate λ = d/D·L(D) and by its GPUs, which jobs sharing them
 time-slice (max-min fair water-filling of GPU time). A job whose workers change pauses for
@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adloader import correction
-from adloader.allocation import get_policy, replans_at_completion
 from adloader.errors import InputError
-from adloader.gpushare import iteration_rates
 from adloader.models import features
-from adloader.planner import PlanJob, plan
+from adloader.scheduling import correction
+from adloader.scheduling.gpushare import iteration_rates
+from adloader.scheduling.planner import PlanJob, plan
+from adloader.scheduling.policies import get_policy
+from adloader.scheduling.throughput import ThroughputModel
+from adloader.sim.cpu_sharing import MODES as CPU_SHARING
+from adloader.sim.cpu_sharing import kernel_rates
 from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.trace import Trace, TraceJob
-from adloader.throughput import ThroughputModel
 
 EPS = 1e-9
 # A resized job's stall. adloader resizes live at a batch boundary (ElasticDataLoader:
@@ -69,10 +71,14 @@ class SimConfig:
     keep_threshold: float = 0.02  # a resize must change the job's predicted T by more
     prediction_error: float = 0.0  # ε: predicted B·F_μ off by up to ±ε per job (truth intact)
     error_seed: int = 0
-    correct: bool = True  # correct each job's B·F_μ online from its steps (adloader.correction)
+    # correct each job's B·F_μ online from its steps (adloader.scheduling.correction)
+    correct: bool = True
     observe_s: float = 2.0  # one step sample a job this often (the daemon's CORRECT_EVERY_S)
     warmup_s: float = 10.0  # its first sample this long after its start (correction.WARMUP_S)
     slow: tuple[tuple[str, float], ...] = ()  # (job, k): its true steps k × the profile's
+    # how the truth shares the CPU among loader workers (adloader.sim.cpu_sharing): static,
+    # the model's own assumption; kernel, sleeping workers yield their CPU
+    cpu_sharing: str = "static"
 
 
 @dataclass
@@ -142,6 +148,9 @@ class Simulator:
                  config: SimConfig | None = None):
         self.profile, self.model = profile, model
         self.cfg = config or SimConfig()
+        if self.cfg.cpu_sharing not in CPU_SHARING:
+            raise InputError(f"cpu_sharing must be one of {', '.join(CPU_SHARING)}, not "
+                             f"{self.cfg.cpu_sharing!r}")
         if self.cfg.prediction_error > 0:
             from adloader.sim.noisy_model import NoisyModel
 
@@ -149,7 +158,7 @@ class Simulator:
         self.policy = get_policy(self.cfg.policy)
         self.capacity = self.cfg.capacity or profile.loading_workers
         self.realloc_cost = self.cfg.realloc_cost_s
-        self.completion_window = 0.0 if replans_at_completion(self.cfg.policy) else \
+        self.completion_window = 0.0 if self.policy.replans_at_completion else \
             self.cfg.completion_window_s
         node_gpus = trace.gpus or profile.gpus
         if node_gpus > profile.gpus:
@@ -170,11 +179,7 @@ class Simulator:
         if unknown:
             raise InputError(f"slow: no job named {', '.join(sorted(unknown))} in the trace")
         self.table = model.loading_table(self.capacity)
-        self.shadow = None
-        if replans_at_completion(self.cfg.policy):
-            from adloader.shadow_balance import ShadowBalance
-
-            self.shadow = ShadowBalance(self.capacity, self.table)
+        self.policy.rebase(self.capacity, self.table)
         self.t = 0.0
         self.timeline: list[dict] = []
         self.events: list[dict] = []
@@ -182,7 +187,7 @@ class Simulator:
         self.flush_at: float | None = None
         self.gpu_busy = self.gpu_held = 0.0
 
-    # -- scheduler (the real decision code: adloader.planner) ------------------------
+    # -- scheduler (the real decision code: adloader.scheduling.planner) ------------------------
     def _running(self) -> list[SimJob]:
         return [j for j in self.jobs if j.state == "running"]
 
@@ -202,10 +207,10 @@ class Simulator:
             for j in running + waiting
         ]
         decision = plan(views, capacity=self.capacity, gpus=self.gpus, model=self.model,
-                        table=self.table, policy=self.cfg.policy, realloc=self.cfg.realloc,
+                        table=self.table, policy=self.policy, realloc=self.cfg.realloc,
                         max_jobs_per_gpu=self.profile.max_jobs_per_gpu,
                         keep_threshold=self.cfg.keep_threshold, now=self.t,
-                        shadow=self.shadow, window=self.completion_window)
+                        window=self.completion_window)
         for name in decision.queued:
             by_name[name].state = "queued"
         for name in decision.resized:
@@ -238,6 +243,12 @@ class Simulator:
     # -- time ------------------------------------------------------------------------
     def _rates(self) -> dict[str, float]:
         busy = [j for j in self._running() if j.paused_until <= self.t + EPS]
+        if self.cfg.cpu_sharing == "kernel":
+            by_name = {j.name: j for j in busy}
+            return kernel_rates({j.name: j.workers for j in busy},
+                                self.profile.node_loading_rate,
+                                lambda load: gpu_rates(busy, lambda j: load(j.name)),
+                                {n: j.spec.batch_size for n, j in by_name.items()})
         node = sum(j.workers for j in busy)
         return gpu_rates(busy, lambda j: self.profile.loading_rate(j.workers, node))
 
@@ -285,7 +296,7 @@ class Simulator:
                          self.events)
 
     def _observe(self) -> None:
-        """Heartbeat samples of the steps: update c_i (``adloader.correction``) and plan
+        """Heartbeat samples of the steps: update c_i (``adloader.scheduling.correction``) and plan
         again at once when it moved; a job stops sampling once c_i is within 1 %."""
         for j in self._running():
             if j.observe_at is None or j.observe_at > self.t + EPS:

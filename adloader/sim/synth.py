@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from adloader.models import PAPER_MODELS, features
-from adloader.samples import LoadingSample, TrainingSample
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.sim.device_profile import DeviceProfile
 
 BATCHES = (16, 32, 64, 128)
@@ -55,7 +55,7 @@ def samples(profile: DeviceProfile, seed: int = 0) -> tuple[list, list]:
 
 def fitted_model(profile: DeviceProfile, seed: int = 0):
     """The TPM a node with this profile would fit from its own noisy samples."""
-    from adloader.throughput import ThroughputModel
+    from adloader.scheduling.throughput import ThroughputModel
 
     training, loading = samples(profile, seed)
     return ThroughputModel.fit(training, loading, seed)

@@ -24,7 +24,7 @@ def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch
     from the mix's models at half, once and twice their per-GPU batch."""
     from adloader.bench import live as bench_live
     from adloader.models import features
-    from adloader.samples import TrainingSample
+    from adloader.scheduling.samples import TrainingSample
     from adloader.sim.device_profile import load_profile
 
     paper = load_profile("paper")
@@ -51,24 +51,35 @@ def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch
         assert profile.step_time(128, f.flops_g, f.params_m, 1) == pytest.approx(want, rel=0.05)
 
 
-def test_quick_bench_live_runs_real_daemons_and_reports_ratios(tmp_path):
+def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path):
     out = tmp_path / "live.json"
     proc = subprocess.run(
         [sys.executable, "-m", "adloader", "bench", "live", "--quick", "--workers", "2",
-         "--json", str(out)], capture_output=True, text=True, timeout=600)
+         "--json", str(out)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     rows = {r["policy"]: r for r in result["summary"]}
-    assert set(rows) == {"balance", "optimal"} and rows["balance"]["ratio"] == 1.0
-    assert rows["balance"]["worst_job"] == 1.0 and set(rows["balance"]["jobs"].values()) == {1.0}
-    assert len(rows["optimal"]["jobs"]) == 3
+    assert set(rows) == {"balance", "ftf", "no daemon: requested", "no daemon: even",
+                         "no daemon: autotune"}
+    even = rows["no daemon: even"]
+    assert even["reference"] == "no daemon: even" and even["makespan_paired"] == 1.0
+    assert even["worst_job"] == 1.0 and even["worst_jct_paired"] == 1.0
+    assert rows["ftf"]["daemon"] and not even["daemon"] and len(rows["ftf"]["jobs"]) == 3
+    assert "makespan_vs_best_fixed" in rows["ftf"] and "makespan_vs_requested" in rows["ftf"]
     assert result["capacity"] == 2
     for run in result["runs"]:
-        assert [job["state"] for job in run["jobs"]] == ["finished"] * 3
-        assert run["aggregate_throughput"] > 0
-    assert result["limits"]["bounds"]["makespan_lb"] > 0
+        assert len(run["jobs"]) == 3 and run["aggregate_throughput"] > 0
+        assert all(0 < j["jct_s"] <= run["makespan_s"] for j in run["jobs"])
+        assert run["memory_mb"] > 0
+        if run["policy"].startswith("no daemon"):
+            assert run["overhead_cpu_per_training_s"] == 0  # no daemon, no supervisor
+        else:
+            assert [job["state"] for job in run["jobs"]] == ["finished"] * 3
+            assert run["overhead_cpu_per_training_s"] > 0 and run["cpu_s"]["daemon"] > 0
+    tuned = next(r for r in result["runs"] if r["policy"] == "no daemon: autotune")
+    assert all(j["workers"] and j["workers"][0] == [0, 1] for j in tuned["jobs"])
     assert "over every schedule" in proc.stdout and "best schedule" in proc.stdout
-    assert "the frontier over every schedule" in proc.stdout
+    assert "one measure for every row" in proc.stdout
 
 
 def test_the_limits_are_those_of_the_scaled_mix_on_the_profile():
@@ -110,24 +121,33 @@ def test_bench_live_refuses_bad_settings():
     assert "--rounds must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_rounds_are_paired_with_balance_of_the_same_round():
+def test_rounds_are_paired_with_the_even_split_of_the_same_round():
     from adloader.bench.live import summarise_rounds
 
-    def run(policy, rnd, rates, makespan, jct):
-        jobs = [{"name": n, "throughput": x} for n, x in rates.items()]
-        return {"policy": policy, "round": rnd, "jobs": jobs, "aggregate_throughput":
-                sum(rates.values()), "makespan_s": makespan, "mean_jct_s": jct,
-                "reallocations": 0}
+    def run(policy, rnd, jobs, makespan):
+        jobs = [{"name": n, "throughput": x, "jct_s": c} for n, (x, c) in jobs.items()]
+        return {"policy": policy, "round": rnd, "jobs": jobs, "makespan_s": makespan,
+                "aggregate_throughput": sum(j["throughput"] for j in jobs),
+                "mean_jct_s": sum(j["jct_s"] for j in jobs) / len(jobs), "worst_jct_s":
+                max(j["jct_s"] for j in jobs), "memory_mb": 100.0,
+                "overhead_cpu_per_training_s": 0.0}
 
-    runs = [run("balance", 0, {"a": 10, "b": 10}, 10, 10),
-            run("balance", 1, {"a": 20, "b": 20}, 5, 5),  # a faster round: drift
-            run("fair", 0, {"a": 15, "b": 9}, 9, 8),
-            run("fair", 1, {"a": 30, "b": 18}, 4.5, 4)]
-    rows = {r["policy"]: r for r in summarise_rounds(runs, ("balance", "fair"))}
-    fair = rows["fair"]
-    assert fair["paired_ratio"] == pytest.approx(1.2)
-    assert fair["spread"] == pytest.approx([1.2, 1.2])
-    assert fair["jobs"] == pytest.approx({"a": 1.5, "b": 0.9}) and fair["worst_job"] == 0.9
-    assert fair["makespan_paired"] == pytest.approx(0.9) and fair["jct_paired"] == 0.8
-    assert fair["met"] == ["makespan_paired", "jct_paired"]  # Σ 1.2 < 1.3, worst 0.9 < 0.95
-    assert rows["balance"]["met"] == ["worst_job"]
+    even, req = "no daemon: even", "no daemon: requested"
+    runs = [run(even, 0, {"a": (10, 10), "b": (10, 10)}, 10),
+            run(even, 1, {"a": (20, 5), "b": (20, 5)}, 5),  # a faster round: drift
+            run(req, 0, {"a": (8, 12), "b": (8, 12)}, 12),
+            run(req, 1, {"a": (16, 6), "b": (16, 6)}, 6),
+            run("ftf", 0, {"a": (15, 6), "b": (9, 9)}, 9),
+            run("ftf", 1, {"a": (30, 3), "b": (18, 4.5)}, 4.5)]
+    rows = {r["policy"]: r for r in summarise_rounds(runs, ("ftf", even, req))}
+    ftf = rows["ftf"]
+    assert ftf["reference"] == even and ftf["daemon"] and not rows[even]["daemon"]
+    assert ftf["makespan_paired"] == pytest.approx(0.9)
+    assert ftf["spread"] == pytest.approx([0.9, 0.9])
+    assert ftf["jobs"] == pytest.approx({"a": 1.5, "b": 0.9}) and ftf["worst_job"] == 0.9
+    assert ftf["jct_paired"] == pytest.approx(0.75) and ftf["worst_jct_paired"] == 0.9
+    assert ftf["makespan_vs_best_fixed"] == pytest.approx(0.9)  # even is the best fixed
+    assert ftf["makespan_vs_requested"] == pytest.approx(0.75)
+    assert ftf["met"] == ["makespan_vs_best_fixed", "makespan_vs_requested",
+                          "jct_vs_best_fixed"]
+    assert rows[req]["met"] == [] and rows[req]["makespan_paired"] == pytest.approx(1.2)

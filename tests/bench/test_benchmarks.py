@@ -9,7 +9,7 @@ import pytest
 
 from adloader.bench.cache import run_cache_bench
 from adloader.bench.locality import run_gloo_locality_bench, run_locality_bench
-from adloader.cache import lru_expected
+from adloader.datapath.eviction import lru_expected
 from adloader.errors import InputError
 
 

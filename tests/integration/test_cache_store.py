@@ -1,5 +1,6 @@
 """SharedSampleCache: one shared copy across forked workers, the budget as the OS measures it,
-the same decisions as ``adloader.cache.evaluate``, bad inputs, dead lock holders, cleanup."""
+the same decisions as ``adloader.datapath.eviction.evaluate``, bad inputs, dead lock holders,
+cleanup."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import threading
 import numpy as np
 import pytest
 
-from adloader.access import access_stream, node_sequence
-from adloader.cache import evaluate
-from adloader.client.cache_policy import AccessPlan
 from adloader.client.cache_store import SharedSampleCache
-from adloader.client.shm_arena import DIRTY, FREE_TOP
+from adloader.datapath.access_stream import access_stream, node_sequence
+from adloader.datapath.cache_policies import evaluate
+from adloader.datapath.online_cache import AccessPlan
 from adloader.errors import InputError
+from adloader.host.shm_arena import DIRTY, FREE_TOP
 
 CTX = multiprocessing.get_context("fork")
 DEADLINE_S = 10

@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch.utils.data import get_worker_info
 
-from adloader.client.cache_policy import AccessPlan
 from adloader.client.cache_store import SharedSampleCache
 from adloader.client.cached_dataset import CachedDataset
 from adloader.client.loader import ElasticDataLoader
 from adloader.client.prefetch import Prefetcher
 from adloader.client.storage import LocalDirectorySource, RemoteStorageSource, SampleReadError
+from adloader.datapath.online_cache import AccessPlan
 
 SIZE = 24
 DEADLINE_S = 10

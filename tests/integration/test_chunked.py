@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from adloader.chunk_runs import ChunkThreshold
 from adloader.client.chunked import H5Rows, measure_threshold
 from adloader.client.loader import ElasticDataLoader
+from adloader.datapath.chunk_runs import ChunkThreshold
 from adloader.errors import InputError
 
 h5py = pytest.importorskip("h5py")

@@ -12,8 +12,8 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSample
 
 from adloader.client.elastic_sampler import BatchWindow, Lookahead
 from adloader.client.loader import BatchStats, ElasticDataLoader
+from adloader.datapath.sample_order import rank_order
 from adloader.errors import InputError
-from adloader.order import rank_order
 
 CTX = "fork"
 

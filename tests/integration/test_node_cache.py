@@ -9,10 +9,11 @@ import os
 import numpy as np
 import pytest
 
-from adloader.access import access_stream
-from adloader.client.cache_policy import AccessPlan
-from adloader.client.node_cache import NodeCache, create_segment
+from adloader.client.node_cache import NodeCache
+from adloader.datapath.access_stream import access_stream
+from adloader.datapath.online_cache import AccessPlan
 from adloader.errors import InputError
+from adloader.host.node_segment import create_segment
 
 SIZE, BB = 200, 4096
 

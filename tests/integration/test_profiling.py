@@ -11,7 +11,7 @@ from PIL import Image
 
 from adloader.cli import main
 from adloader.errors import InputError
-from adloader.samples import LoadingSample, TrainingSample
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.sim.device_profile import load_profile
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 from adloader.workloads.measure import (

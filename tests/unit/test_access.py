@@ -5,18 +5,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adloader.access import (
+from adloader.datapath.access_stream import (
     access_frequency,
     access_stream,
-    next_access,
     next_use,
     node_frequency,
     node_sequence,
-    previous_access,
     reuse_distance,
 )
+from adloader.datapath.reuse import next_access, previous_access
+from adloader.datapath.sample_order import rank_order
 from adloader.errors import InputError
-from adloader.order import rank_order
 
 CASES = [  # size, world, global batch, drop_last, shuffle
     (100, 4, 16, False, True),  # ragged last batch

@@ -3,11 +3,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.allocation import (
-    POLICIES,
+from adloader.errors import InputError
+from adloader.scheduling.allocation import (
     JobDemand,
     balance,
-    get_policy,
     inverse,
     optimal,
     oracle,
@@ -17,7 +16,7 @@ from adloader.allocation import (
     total_throughput,
     waa,
 )
-from adloader.errors import InputError
+from adloader.scheduling.policies import POLICIES, get_policy
 
 
 def staged_table(capacity, per_worker=100.0, knee=6, contended=40.0, saturation=None):

@@ -1,4 +1,5 @@
-"""Locality-aware assignment (adloader.balance): Algorithm 1 against brute force, plan
+"""Locality-aware assignment (adloader.datapath.locality_batch): Algorithm 1 against brute force,
+plan
 properties (hypothesis), SOLAR weights, Lobster's worker split, and the simulated bench."""
 
 from __future__ import annotations
@@ -11,20 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.access import access_stream
-from adloader.balance import (
-    MODES,
-    balance,
+from adloader.client.loader import ElasticDataLoader
+from adloader.datapath.access_stream import access_stream
+from adloader.datapath.locality_batch import (
     even_targets,
-    get_mode,
     global_batches,
     plan_step,
     regular_assign,
     split_workers,
+    transfer_schedule,
     uneven_assign,
     water_fill,
 )
-from adloader.client.loader import ElasticDataLoader
+from adloader.datapath.locality_modes import MODES, get_mode
 from adloader.errors import InputError
 
 
@@ -72,7 +72,7 @@ def _counts_and_target(draw_counts, p):
 
 def test_the_papers_example():
     # Red 2, Green 6, Blue 4 of a global batch of 12: Red loads 2 from Green (Fig. 5)
-    assert balance([2, 6, 4], 4) == [(1, 0, 2)]
+    assert transfer_schedule([2, 6, 4], 4) == [(1, 0, 2)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -80,7 +80,7 @@ def test_the_papers_example():
 def test_balance_against_brute_force(draw):
     p = len(draw)
     counts, target = _counts_and_target(draw, p)
-    schedule = balance(counts, target)
+    schedule = transfer_schedule(counts, target)
     assert schedule == _reference_balance(counts.tolist(), target.tolist())
     after = counts.copy()
     for src, dst, n in schedule:
@@ -97,7 +97,7 @@ def test_balance_against_brute_force(draw):
 
 def test_balance_needs_equal_sums():
     with pytest.raises(InputError, match="counts sum to 5"):
-        balance([5, 0], [2, 2])
+        transfer_schedule([5, 0], [2, 2])
 
 
 # ---- plans -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Locality with bounded imbalance (adloader.bounded_imbalance): the ``bounded`` mode against
+"""Locality with bounded imbalance (adloader.datapath.bounded_imbalance): the ``bounded`` mode
+against
 brute force over every split of small global batches, the capped water fill, the two ends."""
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.balance import get_mode, plan_step, uneven_assign
-from adloader.bounded_imbalance import batch_bound, bounded_assign, capped_fill
+from adloader.datapath.bounded_imbalance import batch_bound, bounded_assign, capped_fill
+from adloader.datapath.locality_batch import plan_step, uneven_assign
+from adloader.datapath.locality_modes import get_mode
 from adloader.errors import InputError
 
 ALPHAS = [1.0, 1.1, 1.34, 1.5, 2.0, math.inf]

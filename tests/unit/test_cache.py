@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.access import access_stream, node_sequence
-from adloader.cache import POLICIES, evaluate, lru_expected, lru_stack_distance
+from adloader.datapath.access_stream import access_stream, node_sequence
+from adloader.datapath.cache_policies import POLICIES, evaluate
+from adloader.datapath.eviction import lru_expected
+from adloader.datapath.reuse import lru_stack_distance
 from adloader.errors import InputError
 
 seqs = st.lists(st.integers(0, 7), max_size=40)

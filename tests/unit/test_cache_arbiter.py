@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.access import access_stream, node_sequence
-from adloader.cache import belady, evaluate
-from adloader.cache_arbiter import (
+from adloader.datapath.access_stream import access_stream, node_sequence
+from adloader.datapath.cache_arbiter import (
     CacheArbiter,
     HitCurve,
     allocate_dp,
@@ -22,13 +21,15 @@ from adloader.cache_arbiter import (
     live_splits,
     split_cache,
 )
-from adloader.errors import InputError
-from adloader.shared_cache import (
+from adloader.datapath.cache_policies import evaluate
+from adloader.datapath.eviction import belady
+from adloader.datapath.shared_cache import (
     JobAccesses,
     evaluate_partitioned,
     evaluate_resplit,
     merge_streams,
 )
+from adloader.errors import InputError
 
 
 def brute(curves, budget) -> float:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.access import access_stream, node_sequence
-from adloader.cache import POLICIES, evaluate
+from adloader.datapath.access_stream import access_stream, node_sequence
+from adloader.datapath.cache_policies import POLICIES, evaluate
 
 SIZE = 4000
 FRACTIONS = (0.1, 0.3, 0.5)

@@ -1,4 +1,5 @@
-"""SOLAR's aggregated chunk loading plan (``adloader.chunk_runs``) against a brute force."""
+"""SOLAR's aggregated chunk loading plan (``adloader.datapath.chunk_runs``) against a brute
+force."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.chunk_runs import (
+from adloader.datapath.chunk_runs import (
     ChunkThreshold,
     _non_decreasing,
     plan_reads,

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from adloader import correction
 from adloader.errors import InputError
+from adloader.scheduling import correction
 from adloader.sim.experiments import correction_runs
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import load_trace

@@ -7,9 +7,8 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from adloader.access import access_stream
-from adloader.cache import lru
-from adloader.epoch_order import (
+from adloader.datapath.access_stream import access_stream
+from adloader.datapath.epoch_order import (
     EpochOrder,
     assignment_bound,
     check_order,
@@ -20,8 +19,9 @@ from adloader.epoch_order import (
     solar_order,
     source_epoch,
 )
+from adloader.datapath.eviction import lru
+from adloader.datapath.sample_order import epoch_permutation, rank_order
 from adloader.errors import InputError
-from adloader.order import epoch_permutation, rank_order
 
 
 def perms_of(seed, epochs, size):

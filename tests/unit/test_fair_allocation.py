@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.allocation import JobDemand, balance, get_policy, optimal, total_throughput
 from adloader.errors import InputError
-from adloader.fair_allocation import (
+from adloader.scheduling.allocation import JobDemand, balance, optimal, total_throughput
+from adloader.scheduling.fair import (
     FairAllocator,
     _masked_dp,
     _prepare,
@@ -19,7 +19,8 @@ from adloader.fair_allocation import (
     fair,
     fair_targets,
 )
-from adloader.fair_frontier import all_plans, oracle_fair, pareto_frontier
+from adloader.scheduling.fair_frontier import all_plans, oracle_fair, pareto_frontier
+from adloader.scheduling.policies import get_policy
 
 
 def staged_table(capacity, per_worker=100.0, knee=6, contended=40.0):
@@ -93,8 +94,11 @@ def test_fair_equals_the_oracle_on_staged_tables(mus, capacity, knee, contended,
     got = get_policy(f"fair:{alpha!r}")(jobs, capacity, table)
     assert fair_enough(jobs, got, capacity, table, alpha)
     best = oracle_fair(jobs, capacity, table, alpha)
+    # gains are quantised to 1e-9 of the node's rate (ties go to fewer workers): a worker
+    # whose gain is within one quantum may be left out
+    quantum = 1e-9 * float(table.max())
     assert total_throughput(jobs, got, table) == pytest.approx(
-        total_throughput(jobs, best, table), rel=1e-9)
+        total_throughput(jobs, best, table), rel=1e-9, abs=capacity * quantum)
 
 
 def test_alpha_zero_is_optimal_and_one_keeps_balance_rates():
@@ -221,7 +225,7 @@ def test_each_frontier_point_is_what_fair_gets_at_its_alpha():
 def test_schedule_bounds_hold_for_every_two_phase_schedule():
     """Two jobs sharing a node of rate 10 (each alone at most 8): no schedule beats the bounds,
     and one schedule reaches the makespan bound."""
-    from adloader.fair_frontier import schedule_bounds
+    from adloader.scheduling.fair_frontier import schedule_bounds
 
     samples, own = [40.0, 20.0], [8.0, 8.0]
     rate = {frozenset([0]): 8.0, frozenset([1]): 8.0, frozenset([0, 1]): 10.0}
@@ -245,7 +249,7 @@ def test_schedule_bounds_hold_for_every_two_phase_schedule():
 
 
 def test_the_arrival_bound_by_hand_and_against_every_simulated_policy():
-    from adloader.fair_frontier import arrival_bound
+    from adloader.scheduling.fair_frontier import arrival_bound
 
     # two jobs at 0 (100 samples each), one at 10 (50): the node reads ≤ 10/s, each job ≤ 8/s
     b = arrival_bound([0, 0, 10], [100, 100, 50], [8, 8, 8], 10)

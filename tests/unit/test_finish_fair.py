@@ -8,12 +8,13 @@ import itertools
 import numpy as np
 import pytest
 
-from adloader.allocation import JobDemand, get_policy, replans_at_completion
 from adloader.errors import InputError
-from adloader.fair_allocation import fair
-from adloader.finish_fair import balance_ends, forward, ftf
-from adloader.priority_plan import priority_plan
-from adloader.shadow_balance import ShadowBalance
+from adloader.scheduling.allocation import JobDemand
+from adloader.scheduling.fair import fair
+from adloader.scheduling.ftf import balance_ends, forward, ftf
+from adloader.scheduling.policies import get_policy
+from adloader.scheduling.priority_plan import priority_plan
+from adloader.scheduling.shadow_balance import ShadowBalance
 from adloader.sim.experiments import job_ratios, random_mixes
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import load_trace
@@ -99,8 +100,9 @@ def test_ftf_queues_like_every_policy_and_takes_alpha():
     jobs = [JobDemand(f"j{i}", 1e9, remaining=1.0) for i in range(4)]
     assert ftf(jobs, 2, linear(2)) == {"j0": 1, "j1": 1, "j2": 0, "j3": 0}
     assert get_policy("ftf:0.9")(jobs[:2], 8, linear(8))
-    assert replans_at_completion("ftf") and replans_at_completion("ftf:0.8")
-    assert not replans_at_completion("fair")
+    assert get_policy("ftf").replans_at_completion
+    assert get_policy("ftf:0.8").replans_at_completion
+    assert not get_policy("fair").replans_at_completion
     with pytest.raises(InputError, match="α must be in"):
         get_policy("ftf:2")
 
@@ -147,8 +149,8 @@ def test_the_order_search_never_runs_one_order_twice(monkeypatch):
     """Two late jobs can trade places back and forth (each swap makes the other the first
     late): the search stops there instead of re-running the same orders until its 2N moves
     are spent. A node of 17 jobs on 8 GPUs, three a GPU, whose deadlines no order meets."""
-    from adloader.planner import PlanJob, plan
-    from adloader.priority_plan import Rows
+    from adloader.scheduling.planner import PlanJob, plan
+    from adloader.scheduling.priority_plan import Rows
     from adloader.sim import synth
     from adloader.sim.device_profile import load_profile
 
@@ -178,7 +180,9 @@ def test_the_order_search_never_runs_one_order_twice(monkeypatch):
         assert len(set(runs[start:])) == len(runs) - start, "an order was run twice"
         return out
 
-    monkeypatch.setattr("adloader.finish_fair.ftf", each_call)
-    out = plan(jobs, capacity=64, gpus=8, model=model, table=table, policy="ftf", now=0.0,
-               shadow=ShadowBalance(64, table), max_jobs_per_gpu=3)
+    monkeypatch.setattr("adloader.scheduling.ftf.ftf", each_call)
+    policy = get_policy("ftf")
+    policy.rebase(64, table)  # its shadow, as a node's scheduler keeps it
+    out = plan(jobs, capacity=64, gpus=8, model=model, table=table, policy=policy, now=0.0,
+               max_jobs_per_gpu=3)
     assert len(calls) == 3 and sum(out.workers.values()) <= 64

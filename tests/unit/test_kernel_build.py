@@ -11,9 +11,9 @@ import pytest
 
 @pytest.mark.parametrize("name", ["ftf_kernel", "jct_kernel"])
 def test_each_kernel_is_built_from_its_source(name):
-    module = importlib.import_module(f"adloader.{name}")
+    module = importlib.import_module(f"adloader.scheduling.{name}")
     built = Path(module.__file__)
-    source = Path(__file__).resolve().parents[2] / "adloader" / f"{name}.pyx"
+    source = Path(__file__).resolve().parents[2] / "adloader" / "scheduling" / f"{name}.pyx"
     assert built.suffix == ".so", f"{name} is not compiled: {built}"
     if built.parent == source.parent:  # an editable install: built beside its source
         assert built.stat().st_mtime >= source.stat().st_mtime, (

@@ -1,11 +1,11 @@
-"""adloader.node_summary against hand-computed cases on a linear loading table."""
+"""adloader.scheduling.node_summary against hand-computed cases on a linear loading table."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from adloader.node_summary import summary
+from adloader.scheduling.node_summary import summary
 
 
 def _table(cap=8, per=10.0):

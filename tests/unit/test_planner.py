@@ -1,4 +1,4 @@
-"""``adloader.planner.plan``: one scheduling decision, plain ``PlanJob`` objects in, a
+"""``adloader.scheduling.planner.plan``: one scheduling decision, plain ``PlanJob`` objects in, a
 ``Plan`` out (in the style of adaptdl's ``pollux_test.py``).
 
 Most cases use a stand-in TPM whose training ceiling is ``1000 / flops_g`` samples/s and a
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from adloader.allocation import POLICIES, oracle, total_throughput
-from adloader.planner import PlanJob, demands, plan
+from adloader.scheduling.allocation import oracle, total_throughput
+from adloader.scheduling.planner import PlanJob, demands, plan
+from adloader.scheduling.policies import POLICIES
 
 
 class RateModel:

@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from adloader import ftf_kernel
-from adloader.priority_plan import Rows, linear_rows, priority_plan
+from adloader.scheduling import ftf_kernel
+from adloader.scheduling.priority_plan import Rows, linear_rows, priority_plan
 from adloader.sim import synth
 from adloader.sim.device_profile import load_profile
 from adloader.sim.experiments import _loading_table
@@ -101,7 +101,7 @@ def test_the_rows_follow_their_table():
 def test_absurd_rates_still_get_a_plan(mu):
     """A rate no job has (a lying or broken prediction) gives a plan within the node, at
     once: the compiled loops neither overflow a step count nor spin."""
-    from adloader.finish_fair import forward
+    from adloader.scheduling.ftf import forward
 
     table = _loading_table(16)
     plan = priority_plan(np.array(mu), table, 16)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from adloader.errors import InputError
-from adloader.schedule_lp import best_schedule, pareto_rows
+from adloader.scheduling.schedule_lp import best_schedule, pareto_rows
 from adloader.sim.experiments import static
 from adloader.sim.schedule_oracle import static_schedule_oracle
 from adloader.sim.trace import load_trace

@@ -33,7 +33,7 @@ from adloader.protocol import (
     Resume,
     Stop,
 )
-from adloader.samples import LoadingSample, TrainingSample
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 
 RESNET18 = {"batch_size": 32, "gpus": 1, "flops_g": 3.63, "params_m": 11.7}
 CAPACITY, GPUS = 8, 2
@@ -708,6 +708,6 @@ def test_a_heartbeat_lying_about_its_steps_moves_its_own_correction_only_within_
         clock.advance(2.0)
         sched.message(peer(liar.id), heartbeat(sched, liar.id, step_s=1e-9))
         sched.tick()
-    from adloader.correction import LIMITS
+    from adloader.scheduling.correction import LIMITS
 
     assert liar.rate_scale == LIMITS[1] and sched.jobs["j-000002"].rate_scale == 1.0

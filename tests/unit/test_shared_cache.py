@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.access import NodeSequence, access_stream, node_sequence
-from adloader.cache import belady, evaluate
-from adloader.errors import InputError
-from adloader.shared_cache import (
+from adloader.datapath.access_stream import NodeSequence, access_stream, node_sequence
+from adloader.datapath.cache_policies import evaluate
+from adloader.datapath.eviction import belady
+from adloader.datapath.shared_cache import (
     JobAccesses,
     belady_resized,
     dataset_view,
@@ -25,6 +25,7 @@ from adloader.shared_cache import (
     hits_by_job,
     merge_streams,
 )
+from adloader.errors import InputError
 
 
 def job(name, dataset, size, seed, rate=1.0, epochs=2, batch=8, start=0.0):

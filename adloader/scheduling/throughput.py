@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from adloader.errors import InputError
-from adloader.samples import LoadingSample, TrainingSample
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 
 TEST_FRACTION = 0.4  # the paper trains on 60 % of the samples and validates on 40 %
 MAX_BREAKPOINTS = 64  # candidate breakpoints of the stage search (all integers on small nodes)

@@ -11,7 +11,7 @@ Exact for the plan it solves: T concave increasing in d makes t_i = S_i/T_i conv
 decreasing, so per node total D the C−N largest marginal savings t_i(k) − t_i(k+1) (a prefix
 of each row) are optimal; a plan for D stays as good at its own total Σd ≤ D (λ never grows
 with D), so the best D wins. Rows that are not concave fall back to the same greedy, which is
-then a heuristic. The loop is compiled (``adloader.jct_kernel``): per D a merge of the N
+then a heuristic. The loop is compiled (``adloader.scheduling.jct_kernel``): per D a merge of the N
 rows' savings, O(N·(C − N)) a D.
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from adloader.fair_allocation import DEFAULT_ALPHA, balance_plan, balance_rates, fair_targets
-from adloader.jct_kernel import jct_plan
+from adloader.scheduling.fair import DEFAULT_ALPHA, balance_plan, balance_rates, fair_targets
+from adloader.scheduling.jct_kernel import jct_plan
 
 
 def jct(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA) -> dict[str, int]:

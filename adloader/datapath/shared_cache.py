@@ -4,18 +4,20 @@ Jobs that read the same dataset (hyper-parameter runs of one model, different se
 cache: a sample is the pair (dataset, index), so what one job decoded is a hit for the next.
 The node's clairvoyant input is the streams of all its jobs together (NoPFS §3.1, per job):
 
-- ``JobAccesses``: one job's node sequence (``adloader.access.node_sequence``) on dataset d of
+- ``JobAccesses``: one job's node sequence (``adloader.datapath.access_stream.node_sequence``) on
+dataset d of
   N_d samples, advancing at ``rate`` iterations per unit time from ``start``: its iteration s
   happens at t = start + s / rate.
 - ``merge_streams``: all jobs' accesses in time order (ties: job order, then position), each
   keyed by a global id offset_d + index — the node stream. Its *events* are the jobs'
-  iterations in that order; ``step`` is the event index, so ``adloader.cache`` runs on it as
+  iterations in that order; ``step`` is the event index, so ``adloader.datapath.eviction`` runs on
+  it as
   on one job's ``NodeSequence`` (Lobster's keys are then next uses in events).
 - ``evaluate_private``: per job a private cache of c_j samples, its own policy, its own stream.
 - ``evaluate_shared``: one cache of C samples on the node stream (``belady``: the multi-job
   MIN, the reference no policy beats).
 - ``evaluate_partitioned``: one partition of c_d samples per dataset (Σ c_d ≤ C, split by
-  ``adloader.cache_arbiter``), each running a policy on its dataset's part of the stream;
+  ``adloader.datapath.cache_arbiter``), each running a policy on its dataset's part of the stream;
   ``evaluate_resplit`` the same with a split that changes when jobs come and go, each
   partition running MIN with a capacity that changes in time (``belady_resized``).
 
@@ -31,8 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adloader.access import NodeSequence, next_access
-from adloader.cache import CacheStats, evaluate
+from adloader.datapath.access_stream import NodeSequence
+from adloader.datapath.cache_policies import evaluate
+from adloader.datapath.eviction import CacheStats
+from adloader.datapath.reuse import next_access
 from adloader.errors import InputError
 
 

@@ -2,7 +2,7 @@
 
 T_k(d; D) = min(B_k·μ_k, λ(d; D)), k the job's rank, one worker each at least. Near 1, ρ
 keeps the node's total nearly the most it can be and, among such plans, gives the earlier
-job more. Exact both ways the compiled loops take (``adloader.ftf_kernel``), chosen per
+job more. Exact both ways the compiled loops take (``adloader.scheduling.ftf_kernel``), chosen per
 table: rows linear in d (the staged TPM's proportional share λ(d; D) = d/D·L(D) is:
 λ(d; D) = a(D) + g(D)·(d − 1), each job's gains ⌊(μ_k − a)/g⌋ equal steps and a partial
 one) and any concave rows (each job's gains fall along its row).
@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from adloader import ftf_kernel
+from adloader.scheduling import ftf_kernel
 
 LINEAR_TOL = 1e-9  # relative: a row is linear when every step equals its first within this
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adloader.ftf_kernel import balance_run
+from adloader.scheduling.ftf_kernel import balance_run
 
 EPS = 1e-9
 

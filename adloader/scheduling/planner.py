@@ -19,13 +19,15 @@ Without reallocation running jobs keep their workers and new jobs share what is 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from adloader.allocation import JobDemand, get_policy
-from adloader.gpushare import fair_shares
-from adloader.throughput import ThroughputModel
+from adloader.scheduling.allocation import JobDemand
+from adloader.scheduling.gpushare import fair_shares
+from adloader.scheduling.policies import get_policy
+from adloader.scheduling.policy import Decision, Policy
+from adloader.scheduling.throughput import ThroughputModel
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class PlanJob:
     workers: int = 0
     gpu_ids: tuple[int, ...] = ()  # running: where it is; waiting: where it must go, if pinned
     requested: int | None = None
-    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (``adloader.correction``)
+    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (``adloader.scheduling.correction``)
     length_known: bool = True  # it stated its iterations (``ftf`` plans on them)
 
 
@@ -58,10 +60,32 @@ class Plan:
 
 
 def _place(job: PlanJob, load: list[int], limit: int) -> tuple[int, ...] | None:
-    if job.gpu_ids:
-        return job.gpu_ids if all(load[g] < limit for g in job.gpu_ids) else None
+    return _fit(job.gpu_ids, job.gpus, load, limit)
+
+
+def _fit(gpu_ids: tuple[int, ...], gpus: int, load: list[int],
+         limit: int) -> tuple[int, ...] | None:
+    """The GPUs a job gets: its own ``gpu_ids`` if they have room, else the ``gpus`` least
+    loaded ones (ties: lowest id); None when they are full (``limit`` jobs a GPU)."""
+    if gpu_ids:
+        return gpu_ids if all(load[g] < limit for g in gpu_ids) else None
     free = sorted((g for g in range(len(load)) if load[g] < limit), key=lambda g: (load[g], g))
-    return tuple(sorted(free[: job.gpus])) if len(free) >= job.gpus else None
+    return tuple(sorted(free[:gpus])) if len(free) >= gpus else None
+
+
+def place_in_order(jobs: Sequence[tuple[str, int]], gpus: int,
+                   limit: int) -> dict[str, tuple[int, ...]]:
+    """(name, GPUs) arriving in this order on an empty node: the GPUs ``plan`` gives each
+    (what the no-daemon baselines run on, so they are placed as the daemon places)."""
+    load, out = [0] * gpus, {}
+    for name, count in jobs:
+        ids = _fit((), count, load, limit)
+        if ids is None:
+            raise ValueError(f"{name}: no {count} GPUs with room ({limit} jobs a GPU)")
+        for g in ids:
+            load[g] += 1
+        out[name] = ids
+    return out
 
 
 def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
@@ -95,19 +119,19 @@ def plan(
     gpus: int,
     model: ThroughputModel,
     table: np.ndarray,
-    policy: str,
+    policy: Policy | str,
     realloc: bool = True,
     max_jobs_per_gpu: int = 2,
     keep_threshold: float = 0.02,
     now: float | None = None,
-    shadow=None,
     window: float = 0.0,
 ) -> Plan:
     """Admit, place and allocate; ``table`` is ``model.loading_table(capacity)``.
 
-    ``ftf`` only: ``shadow`` (a ``ShadowBalance`` the caller keeps) and ``now`` give each
-    job its deadline; ``window``: how long the caller waits to re-plan after a completion.
+    ``policy``: the caller's ``Policy`` (a name: a fresh one, no state kept); ``now`` and
+    ``window`` (how long the caller waits to re-plan after a completion) reach its ``decide``.
     """
+    policy = get_policy(policy)
     running = [j for j in jobs if j.running]
     waiting = [j for j in jobs if not j.running]
     load = [0] * gpus
@@ -134,16 +158,15 @@ def plan(
     if realloc:
         order = _order(active, wanted, float(table[capacity, capacity]))
         active, wanted = [active[i] for i in order], [wanted[i] for i in order]
-        if policy.split(":")[0] == "ftf":
-            workers, wanted = _ftf(policy, active, wanted, out.gpu_ids, model, capacity,
-                                   table, now, shadow, window)
-        else:
-            workers = get_policy(policy)(wanted, capacity, table)
+        placement = out.gpu_ids
+        workers, wanted = policy.decide(Decision(
+            wanted, capacity, table, [j.length_known for j in active],
+            lambda alloc: demands(active, placement, model, table, alloc), now, window))
         workers = _keep(active, wanted, workers, capacity, table, keep_threshold)
     else:
         fresh = [(j, d) for j, d in zip(active, wanted, strict=True) if not j.running]
         fresh.sort(key=lambda jd: -jd[1].training_rate)
-        workers = get_policy(policy)([d for _, d in fresh], capacity - fixed, table) if fresh \
+        workers = policy([d for _, d in fresh], capacity - fixed, table) if fresh \
             else {}
         workers.update({j.name: j.workers for j in running})
     node = sum(workers.values())
@@ -161,34 +184,6 @@ def plan(
         if not job.running:
             out.launched.append(job.name)
     return out
-
-
-def _ftf(policy: str, active, wanted: list[JobDemand], placement, model, capacity: int,
-         table: np.ndarray, now: float | None, shadow, window: float):
-    """``ftf`` with its deadlines from ``shadow``; then twice more with each job's GPU share
-    as the plan leaves it (a partner held to few workers leaves the GPU to it). While a job
-    that stated no length is present, ``fair`` at the same α (deadlines and shortest-first
-    would rest on a guess); the shadow keeps following every job meanwhile."""
-    from adloader.fair_allocation import DEFAULT_ALPHA, balance_plan, check_alpha, fair
-    from adloader.finish_fair import ftf
-
-    alpha = check_alpha(policy[4:]) if ":" in policy else DEFAULT_ALPHA
-    due: dict[str, float] = {}
-    if shadow is not None and now is not None:  # its GPU shares as balance's split leaves them
-        even = dict(zip((j.name for j in active),
-                        balance_plan(len(active), capacity).tolist(), strict=True))
-        shared = demands(active, placement, model, table, even)
-        shadow.observe(now, [(d.name, d.training_rate, d.remaining) for d in shared])
-        due = shadow.deadlines(now, alpha)
-    wanted = [replace(d, deadline=due.get(d.name)) for d in wanted]
-    if not all(j.length_known for j in active):
-        return fair(wanted, capacity, table, alpha), wanted
-    workers = ftf(wanted, capacity, table, alpha, window=window)
-    for _ in range(2):
-        again = demands(active, placement, model, table, workers)
-        wanted = [replace(a, deadline=d.deadline) for a, d in zip(again, wanted, strict=True)]
-        workers = ftf(wanted, capacity, table, alpha, window=window)
-    return workers, wanted
 
 
 def _order(active, wanted, node_rate: float) -> list[int]:

@@ -38,13 +38,13 @@ import math
 
 import numpy as np
 
-from adloader.balance import (
+from adloader.datapath.locality_batch import (
     Assignment,
     StepPlan,
-    _check,
-    _fill,
-    _group,
+    check_batch,
     exchange,
+    fill_rooms,
+    group_by_rank,
     owners,
     water_fill,
 )
@@ -140,7 +140,7 @@ def keep_local(batch: np.ndarray, holder, p: int, b: int, cap: int):
     multi = (np.flatnonzero(cols.sum(axis=0) > 1) if cols is not None
              else np.zeros(0, dtype=np.int64))
     alone = (own >= 0) & ~np.isin(pos, multi)
-    mine = _group(pos[alone], own[alone], p)
+    mine = group_by_rank(pos[alone], own[alone], p)
     single = np.array([q.size for q in mine], dtype=np.int64)
     if multi.size == 0:
         bound = int(np.clip(single.max(initial=0), b, cap))
@@ -172,19 +172,19 @@ def bounded_assign(global_batch, holder, p: int, local_batch: int | None = None,
     Costs as in ``plan_step`` (a held sample moves by message or by the receiver's storage
     read, whichever is cheaper); ``compute_cost`` weighs a local batch's size in step 3.
     """
-    batch = _check(global_batch, p, local_batch)
+    batch = check_batch(global_batch, p, local_batch)
     b = -(-batch.size // p)
     cap = batch_bound(b, max_imbalance, batch.size)
     keep, own, bound = keep_local(batch, holder, p, b, cap)
     pos = np.arange(batch.size)
-    kept = _group(pos[keep >= 0], keep[keep >= 0], p)
+    kept = group_by_rank(pos[keep >= 0], keep[keep >= 0], p)
     sizes = np.array([q.size for q in kept], dtype=np.int64)
     moved = pos[(keep < 0) & (own >= 0)]  # cached elsewhere, its holder is full: the surplus
     unheld = pos[own < 0]
     per = read_cost + compute_cost
     levels = sizes * compute_cost / per if per > 0 else np.zeros(p)
     quota = capped_fill(levels, bound - sizes, moved.size + unheld.size)
-    reads = _group(unheld, _fill(unheld, quota, p), p)
-    spare = _group(moved, own[moved], p)
+    reads = group_by_rank(unheld, fill_rooms(unheld, quota, p), p)
+    spare = group_by_rank(moved, own[moved], p)
     plan = Assignment(kept, spare, reads, sizes + quota)
     return exchange(batch, plan, read_cost, message_cost)

@@ -1,6 +1,8 @@
 """Worker allocation: {job: workers} maximising Σ T_i(d_i) (A-Dloader eq. 1, Algorithm 1).
 
-Every policy is a pure function ``policy(jobs, capacity, loading) -> {name: workers}``:
+The paper's rules and the exact optimum, each a pure function
+``rule(jobs, capacity, loading) -> {name: workers}`` (``adloader.scheduling.policies`` makes
+each a ``Policy`` by name):
 
 - ``jobs``: :class:`JobDemand` — each job's ceiling B·F_μ (samples/s), model size, request;
 - ``capacity``: C, the node's loading workers;
@@ -11,8 +13,8 @@ T_i(d_i) = min(B_i·μ_i, λ(d_i; Σd)). When C ≥ N every job gets at least on
 C < N the first C jobs (queue order) get one and the rest none — they wait.
 
 Exact: ``optimal`` (max Σ T_i), ``fair`` / ``fair:α`` (max Σ T_i with every T_i ≥ α·b_i,
-b_i the job's rate under ``balance``; ``adloader.fair_allocation``) and the exhaustive
-``oracle`` / ``oracle_fair`` the tests hold them to (``adloader.fair_frontier``, with
+b_i the job's rate under ``balance``; ``adloader.scheduling.fair``) and the exhaustive
+``oracle`` / ``oracle_fair`` the tests hold them to (``adloader.scheduling.fair_frontier``, with
 ``pareto_frontier``). Heuristics: ``waa`` (Algorithm 1) and the paper's manual rules
 ``balance``, ``proportion``, ``inverse``, ``requested``. The exact ones break ties towards
 fewer workers only up to 1e-9 relative, and quantise gains to 1e-9.
@@ -20,16 +22,14 @@ fewer workers only up to 1e-9 relative, and quantise gains to 1e-9.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from adloader.errors import InputError
-from adloader.fair_allocation import check_alpha, fair
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,6 @@ class JobDemand:
 
 
 Allocation = dict[str, int]
-Policy = Callable[[Sequence[JobDemand], int, np.ndarray], Allocation]
 
 
 def total_throughput(jobs: Sequence[JobDemand], alloc: Mapping[str, int], loading) -> float:
@@ -290,59 +289,3 @@ def oracle(jobs, capacity, loading) -> Allocation:
         ):
             best_value, best_plan = value, alloc
     return best_plan
-
-
-DEFAULT_POLICY = "ftf"  # no job ending later than under balance / 0.95, the most Σ within
-
-
-def _jct(jobs, capacity, loading) -> Allocation:
-    from adloader.completion import jct
-
-    return jct(jobs, capacity, loading)
-
-
-def _ftf(jobs, capacity, loading) -> Allocation:
-    from adloader.finish_fair import ftf
-
-    return ftf(jobs, capacity, loading)
-
-
-POLICIES: dict[str, Policy] = {
-    "balance": balance,
-    "proportion": proportion,
-    "inverse": inverse,
-    "requested": requested,
-    "waa": waa,
-    "optimal": optimal,
-    "fair": fair,  # α = 0.95; ``fair:α`` picks another
-    "jct": _jct,  # min Σ predicted completion time, with fair's floor
-    "ftf": _ftf,  # max Σ S_i/C_i, no job later than under balance / 0.95 (finish time)
-}
-
-
-def replans_at_completion(policy: str) -> bool:
-    """``ftf`` plans on the workers a finishing job frees: it re-plans at a completion at
-    once. The others batch completions in the completion buffer (A-Dloader §III-C5)."""
-    return policy.split(":")[0] == "ftf"
-
-
-def get_policy(name: str) -> Policy:
-    """A policy from the registry by name (shared by the simulator and the daemon).
-
-    ``fair:α`` is ``fair`` with the sharing floor α in [0, 1] (e.g. ``fair:0.9``).
-    """
-    if name.startswith("fair:"):
-        return functools.partial(fair, alpha=check_alpha(name[len("fair:"):]))
-    if name.startswith("ftf:"):
-        from adloader.finish_fair import ftf
-
-        return functools.partial(ftf, alpha=check_alpha(name[len("ftf:"):]))
-    if name.startswith("jct:"):
-        from adloader.completion import jct
-
-        return functools.partial(jct, alpha=check_alpha(name[len("jct:"):]))
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise InputError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)} "
-                         "(or fair:α, jct:α, ftf:α, 0 ≤ α ≤ 1)") from None

@@ -7,13 +7,15 @@ gives the same summed gradient (Theorem 1), so each rank trains on what it holds
 - ``regular``: rank r takes positions r, r + p, … of the global batch — what the
   ``ElasticDataLoader`` yields — and reads what it does not hold from storage;
 - ``locality``: ``plan_step`` — each rank keeps the held samples it has room for (target
-  b_r = B/p), uncached samples fill deficits as storage reads, and ``balance`` (Algorithm 1:
+  b_r = B/p), uncached samples fill deficits as storage reads, and ``transfer_schedule`` (Algorithm
+  1 Balance:
   surplus and deficit heaps, ≤ p − 1 transfers) moves the surplus to the deficits — as a
   transfer, or as a storage read of the same samples by the receiver when cheaper;
 - ``solar``: ``uneven_assign`` (SOLAR §4.3) — no transfers: each rank trains on all it holds,
   uncached samples are spread to even out per-rank time, local batch sizes differ, and the
   loss weights w_r = n_r / B make Σ_r w_r · mean_r the global mean.
-- ``bounded``: ``adloader.bounded_imbalance`` — between the two: a rank grows its local batch
+- ``bounded``: ``adloader.datapath.bounded_imbalance`` — between the two: a rank grows its local
+batch
   with its own samples up to ⌊α · ⌈B/p⌉⌋ (``max_imbalance`` α), only the rest is moved.
 
 Positions, not sample ids, are assigned (a padded epoch may repeat a sample in one batch).
@@ -23,14 +25,13 @@ Positions, not sample ids, are assigned (a padded epoch may repeat a sample in o
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from adloader.datapath.sample_order import epoch_permutation, samples_per_rank
 from adloader.errors import InputError
-from adloader.order import epoch_permutation, samples_per_rank
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def global_batches(seed: int, epoch: int, size: int, world_size: int, local_batc
 
 
 # ---- Algorithm 1 --------------------------------------------------------------------------
-def balance(counts, target) -> list[tuple[int, int, int]]:
+def transfer_schedule(counts, target) -> list[tuple[int, int, int]]:
     """Algorithm 1 Balance(p, L): greedy max-surplus → max-deficit schedule of (src, dst, n).
 
     Each step sends min(surplus, deficit) between the current largest of each heap (ties:
@@ -141,7 +142,7 @@ def even_targets(size: int, p: int) -> np.ndarray:
     return np.full(p, size // p, dtype=np.int64) + (np.arange(p) < size % p)
 
 
-def _check(global_batch, p: int, local_batch: int | None) -> np.ndarray:
+def check_batch(global_batch, p: int, local_batch: int | None) -> np.ndarray:
     batch = np.asarray(global_batch, dtype=np.int64).reshape(-1)
     if p < 1:
         raise InputError(f"locality plan: world size must be at least 1, got {p}")
@@ -180,14 +181,14 @@ def owners(global_batch, holder, p: int) -> np.ndarray:
     return np.where(cols[regular, np.arange(batch.size)], regular, first).astype(np.int64)
 
 
-def _group(pos: np.ndarray, ranks: np.ndarray, p: int) -> list[np.ndarray]:
+def group_by_rank(pos: np.ndarray, ranks: np.ndarray, p: int) -> list[np.ndarray]:
     """Positions split by rank, each in increasing order."""
     order = np.lexsort((pos, ranks))
     bounds = np.searchsorted(ranks[order], np.arange(p + 1))
     return [pos[order[bounds[r] : bounds[r + 1]]] for r in range(p)]
 
 
-def _fill(pos: np.ndarray, room: np.ndarray, p: int) -> np.ndarray:
+def fill_rooms(pos: np.ndarray, room: np.ndarray, p: int) -> np.ndarray:
     """Rank for each of ``pos`` (unheld positions), room[r] places on rank r (Σ room ≥ len).
 
     A position goes to its regular rank (pos mod p) while that has room — so a cold epoch
@@ -240,7 +241,7 @@ def water_fill(levels, units: int) -> np.ndarray:
 def regular_assign(global_batch, holder, p: int, local_batch: int | None = None,
                    **_costs) -> StepPlan:
     """The regular loader: rank r takes positions r::p and reads what it lacks from storage."""
-    batch = _check(global_batch, p, local_batch)
+    batch = check_batch(global_batch, p, local_batch)
     own = owners(batch, holder, p)
     pos = np.arange(batch.size)
     positions = tuple(pos[r::p] for r in range(p))
@@ -261,17 +262,17 @@ class Assignment(NamedTuple):
 def locality_assign(global_batch, holder, p: int, local_batch: int | None = None) -> Assignment:
     """Each rank takes the held samples of the global batch it has room for (b_r = B/p);
     samples nobody holds fill the remaining room (their regular rank first)."""
-    batch = _check(global_batch, p, local_batch)
+    batch = check_batch(global_batch, p, local_batch)
     own = owners(batch, holder, p)
     target = even_targets(batch.size, p)
     pos = np.arange(batch.size)
     held = own >= 0
-    mine = _group(pos[held], own[held], p)
+    mine = group_by_rank(pos[held], own[held], p)
     kept = [q[: target[r]] for r, q in enumerate(mine)]
     spare = [q[target[r] :] for r, q in enumerate(mine)]
     room = target - np.array([q.size for q in kept], dtype=np.int64)
     unheld = pos[~held]
-    reads = _group(unheld, _fill(unheld, room, p), p)
+    reads = group_by_rank(unheld, fill_rooms(unheld, room, p), p)
     return Assignment(kept, spare, reads, target)
 
 
@@ -301,7 +302,7 @@ def exchange(batch: np.ndarray, plan: Assignment, read_cost: float = 2.0,
     read_pos = [[r] for r in reads]
     transfers = []
     used = np.zeros(p, dtype=np.int64)
-    for src, dst, n in balance(counts, target):
+    for src, dst, n in transfer_schedule(counts, target):
         moved = spare[src][used[src] : used[src] + n]
         used[src] += n
         got[dst].append(moved)
@@ -318,43 +319,19 @@ def uneven_assign(global_batch, holder, p: int, local_batch: int | None = None,
                   read_cost: float = 1.0, compute_cost: float = 0.0, **_costs) -> StepPlan:
     """SOLAR §4.3: no transfers; each rank trains on all it holds, uncached samples spread so
     per-rank time n_r·compute_cost + reads_r·read_cost is even (compute_cost 0: reads even)."""
-    batch = _check(global_batch, p, None)
+    batch = check_batch(global_batch, p, None)
     own = owners(batch, holder, p)
     pos = np.arange(batch.size)
     held = own >= 0
-    mine = _group(pos[held], own[held], p)
+    mine = group_by_rank(pos[held], own[held], p)
     sizes = np.array([q.size for q in mine], dtype=np.int64)
     unheld = pos[~held]
     per_read = read_cost + compute_cost
     levels = sizes * compute_cost / per_read if per_read > 0 else np.zeros(p)
     room = water_fill(levels, unheld.size)
-    reads = _group(unheld, _fill(unheld, room, p), p)
+    reads = group_by_rank(unheld, fill_rooms(unheld, room, p), p)
     positions = tuple(np.sort(np.concatenate([m, r])) for m, r in zip(mine, reads, strict=True))
     return StepPlan(batch, positions, (), tuple(batch[r] for r in reads))
-
-
-def bounded(*args, **kwargs) -> StepPlan:
-    """``adloader.bounded_imbalance.bounded_assign`` (imported on use: it builds on this one)."""
-    from adloader.bounded_imbalance import bounded_assign
-
-    return bounded_assign(*args, **kwargs)
-
-
-MODES: dict[str, Callable[..., StepPlan]] = {
-    "regular": regular_assign,
-    "locality": plan_step,
-    "solar": uneven_assign,
-    "bounded": bounded,
-}
-
-
-def get_mode(name: str) -> Callable[..., StepPlan]:
-    """The planner of a mode by name: ``mode(global_batch, holder, p, **costs) -> StepPlan``."""
-    try:
-        return MODES[name]
-    except KeyError:
-        raise InputError(f"locality mode {name!r} is unknown; choose one of "
-                         f"{', '.join(MODES)}") from None
 
 
 # ---- Lobster §4.2 -------------------------------------------------------------------------

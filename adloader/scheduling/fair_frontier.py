@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from adloader.errors import InputError
-from adloader.fair_allocation import (
+from adloader.scheduling.fair import (
     DEFAULT_ALPHA,
     balance_plan,
     balance_rates,

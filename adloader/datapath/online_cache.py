@@ -1,4 +1,5 @@
-"""The cache policies of ``adloader.cache``, applied online: each access becomes eviction keys.
+"""The cache policies of ``adloader.datapath.eviction``, applied online: each access becomes
+eviction keys (``cache_policies`` pairs each with its offline form, under one name).
 
 ``AccessPlan``: the positions at which this rank reads every sample over the planned epochs —
 the ``ElasticDataLoader``'s epoch plans (``loader.plan(e)``) laid end to end, a pure function of
@@ -10,7 +11,7 @@ A policy turns an access into keys for ``SharedSampleCache`` (the largest key is
 samples whose key is larger than the admit key, else the sample bypasses the cache — and
 ``touch`` on a hit gives the new key (None: unchanged). A ``batched`` policy gets its keys after
 use from ``after``, once the whole local batch was looked up (Lobster's "after iteration h").
-The decisions are those of ``adloader.cache.evaluate`` for the same name.
+The decisions are those of ``adloader.datapath.eviction.evaluate`` for the same name.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adloader.cache import get_eviction_policy
 from adloader.errors import InputError
 
 NEVER = np.iinfo(np.int64).max  # not used again: not worth a slot
@@ -76,7 +76,7 @@ class AccessPlan:
 
     @classmethod
     def from_stream(cls, stream, rank: int = 0) -> AccessPlan:
-        """The plan of rank r of an ``adloader.access.AccessStream``."""
+        """The plan of rank r of an ``adloader.datapath.access_stream.AccessStream``."""
         return cls(list(stream.samples[:, rank, :]), stream.size, stream.local_batch)
 
     @property
@@ -230,14 +230,3 @@ class NoPFS(OnlinePolicy):
             return NEVER, NEVER
         r = int(self.rank[a.index])
         return r, r
-
-
-ONLINE = {p.name: p for p in (LRU, Belady, Lobster, LobsterLazy, NoPFS)}
-
-
-def make_policy(name: str, plan: AccessPlan | None) -> OnlinePolicy:
-    get_eviction_policy(name)  # the same names (and the same error) as adloader.cache
-    if name not in ONLINE:
-        raise InputError(f"cache policy {name!r} has no online form; choose one of "
-                         f"{', '.join(ONLINE)}")
-    return ONLINE[name](plan)

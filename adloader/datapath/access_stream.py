@@ -16,7 +16,7 @@ epoch by epoch and step by step, the local batch of each of its ranks in rank or
 (iteration) of every access; ``cache`` policies run on such sequences.
 
 Epoch order (SOLAR §4.2.1): with ``epoch_order``, epoch e reads the shuffled index list drawn
-for epoch ``order[e]`` (``adloader.epoch_order``) — the loader's ``epoch_order=`` opt-in.
+for epoch ``order[e]`` (``adloader.datapath.epoch_order``) — the loader's ``epoch_order=`` opt-in.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adloader.epoch_order import check_order, plan_epoch_order, source_epoch
+from adloader.datapath.epoch_order import check_order, plan_epoch_order, source_epoch
+from adloader.datapath.reuse import next_access
+from adloader.datapath.sample_order import epoch_permutation, samples_per_rank
 from adloader.errors import InputError
-from adloader.order import epoch_permutation, samples_per_rank
 
-NEVER = np.inf  # next use of a sample that is not accessed again
+NOT_AGAIN = np.inf  # next use of a sample that is not accessed again
 
 
 @dataclass(frozen=True)
@@ -113,49 +114,11 @@ def access_stream(seed: int, epochs: int, size: int, global_batch: int, world_si
     return AccessStream(out, size, global_batch, world_size, drop_last, order)
 
 
-def next_access(sequence: np.ndarray, period: int | None = None) -> np.ndarray:
-    """For each position i, the next position j > i with the same sample, or len(sequence).
-
-    ``period``: a promise that every block of ``period`` positions (an epoch of one rank)
-    holds distinct samples; then one backward pass over the blocks replaces the sort.
-    """
-    seq = np.asarray(sequence)
-    n = seq.size
-    nxt = np.full(n, n, dtype=np.int64)
-    if n < 2:
-        return nxt
-    if period:
-        first = np.full(int(seq.max()) + 1, n, dtype=np.int64)
-        for start in range((n - 1) // period * period, -1, -period):
-            ids = seq[start : start + period]
-            nxt[start : start + ids.size] = first[ids]
-            first[ids] = np.arange(start, start + ids.size)
-        return nxt
-    # one unstable sort of (sample, position) keys: ~5x faster than a stable argsort
-    key = seq.astype(np.int64) * n + np.arange(n, dtype=np.int64)
-    key.sort()
-    pos = key % n
-    sample = key // n
-    same = sample[1:] == sample[:-1]
-    nxt[pos[:-1][same]] = pos[1:][same]
-    return nxt
-
-
-def previous_access(sequence: np.ndarray, nxt: np.ndarray | None = None) -> np.ndarray:
-    """For each position i, the previous position with the same sample, or −1."""
-    n = np.asarray(sequence).size
-    nxt = next_access(sequence) if nxt is None else nxt
-    prev = np.full(n, -1, dtype=np.int64)
-    has = nxt < n
-    prev[nxt[has]] = np.flatnonzero(has)
-    return prev
-
-
 def next_use(stream: AccessStream, rank: int) -> np.ndarray:
     """Position of rank r's next access of the same sample, per position; ``inf`` if none."""
     # a rank never reads a sample twice in one epoch (padding goes to other ranks)
     nxt = next_access(stream.rank_sequence(rank), period=stream.rank_len).astype(np.float64)
-    nxt[nxt == nxt.size] = NEVER
+    nxt[nxt == nxt.size] = NOT_AGAIN
     return nxt
 
 
@@ -173,7 +136,7 @@ def reuse_distance(stream: AccessStream, rank: int, unit: str = "access") -> np.
         def step(p):
             return (p // stream.rank_len) * stream.steps_per_epoch + (
                 (p % stream.rank_len) // stream.local_batch)
-        dist = np.full(nxt.size, NEVER)
+        dist = np.full(nxt.size, NOT_AGAIN)
         ok = np.isfinite(nxt)
         dist[ok] = step(nxt[ok]) - step(pos[ok])
         return dist

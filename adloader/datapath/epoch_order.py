@@ -1,7 +1,8 @@
 """SOLAR §4.2.1 (overview §4.1, Fig. 4 b): the order of the epochs, chosen to maximise reuse.
 
 The shuffled index lists of all E epochs are fixed ahead of training (one permutation per
-epoch, ``adloader.order.epoch_permutation``); only the *order* in which they are read is
+epoch, ``adloader.datapath.sample_order.epoch_permutation``); only the *order* in which they are
+read is
 chosen, so every epoch still reads every sample once. Between consecutive epochs u → v a
 buffer of |Buffer| = c samples can serve what v reads while those samples are still there.
 
@@ -31,8 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adloader.datapath.reuse import lru_stack_distance
+from adloader.datapath.sample_order import epoch_permutation
 from adloader.errors import InputError
-from adloader.order import epoch_permutation
 
 MODELS = ("solar", "lru")
 EXHAUSTIVE_MAX = 9  # 9! = 362 880 paths
@@ -90,8 +92,6 @@ def reuse_matrix(perms, capacity: int, model: str = "solar") -> np.ndarray:
             t, h = (x[:, lo : lo + step].astype(np.float32) for x in (tail, head))
             w += np.rint(t @ h.T).astype(np.int64)
     else:
-        from adloader.cache import lru_stack_distance  # the cache module imports this one
-
         for u, v in itertools.permutations(range(e), 2):  # [tail_c(u), head_c(v)] is enough
             dist = lru_stack_distance(np.concatenate([p[u, length - c :], p[v, :c]]))
             w[u, v] = np.count_nonzero(dist[c:] < c)

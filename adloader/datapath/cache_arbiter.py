@@ -1,7 +1,7 @@
 """Cache arbiter: the node's cache memory C divided among datasets by predicted marginal hits.
 
-As ``adloader.allocation`` divides workers by predicted marginal throughput, the arbiter
-divides the shared node cache (``adloader.shared_cache``) among the datasets its jobs read:
+As ``adloader.scheduling.allocation`` divides workers by predicted marginal throughput, the arbiter
+divides the shared node cache (``adloader.datapath.shared_cache``) among the datasets its jobs read:
 maximise Σ_d h_d(c_d) subject to Σ_d c_d ≤ C, h_d(c) the hits of dataset d's part of the node
 stream in a partition of c samples. The jobs' streams are known from their seeds, so h_d is
 predicted by running a clairvoyant policy on that part (``hit_curve``) on the grid c = k·u,
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adloader.cache import evaluate
+from adloader.datapath.cache_policies import evaluate
+from adloader.datapath.shared_cache import JobAccesses, belady_resized, dataset_view, merge_streams
 from adloader.errors import InputError
-from adloader.shared_cache import JobAccesses, belady_resized, dataset_view, merge_streams
 
 
 @dataclass(frozen=True)

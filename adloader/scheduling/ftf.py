@@ -13,7 +13,8 @@ Per plan (re-solved at arrivals, completions and corrections):
    arrivals, kept beside the real one) when the caller keeps one, else balance projected
    from now on the jobs present; either way D_i = (Ĉ_i − a_i)/α − (now − a_i);
 2. an order of priority: shortest predicted remaining time S_i / min(B_i·μ_i, L*) first;
-3. the priority plan (``adloader.priority_plan``): max Σ ρ^k·T_k over the plan, k the job's
+3. the priority plan (``adloader.scheduling.priority_plan``): max Σ ρ^k·T_k over the plan, k the
+job's
    rank (ρ = 0.99 first): nearly the node's most Σ T, the earlier jobs served first within it;
 4. ``forward``: that rule simulated to the end on the predicted rates (each completion
    re-planned by the same rule, after ``window`` seconds as the caller does). A job that
@@ -24,7 +25,7 @@ Per plan (re-solved at arrivals, completions and corrections):
    floor). The planner runs it twice more with the GPU shares its plan leaves.
 
 A heuristic: shortest-first is optimal for Σ C_i on one server, not claimed optimal here.
-The plan and the forward run are compiled loops (``adloader.ftf_kernel``): one arrival on
+The plan and the forward run are compiled loops (``adloader.scheduling.ftf_kernel``): one arrival on
 a node of 16 jobs and 64 workers takes ~0.1 ms a decision here; past ``MAX_JOBS`` jobs,
 ``fair``.
 """
@@ -32,12 +33,15 @@ a node of 16 jobs and 64 workers takes ~0.1 ms a decision here; past ``MAX_JOBS`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from adloader.fair_allocation import DEFAULT_ALPHA, check_alpha, fair
-from adloader.ftf_kernel import balance_run
-from adloader.priority_plan import Rows
+from adloader.scheduling.fair import DEFAULT_ALPHA, balance_plan, check_alpha, fair
+from adloader.scheduling.ftf_kernel import balance_run
+from adloader.scheduling.policy import Decision, Policy
+from adloader.scheduling.priority_plan import Rows
+from adloader.scheduling.shadow_balance import ShadowBalance
 
 EPS = 1e-9
 RHOS = (0.99, 0.5, 0.05)  # ρ tried in turn: each rank of priority against the one before
@@ -111,3 +115,58 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
                 order[p - 1], order[p] = order[p], order[p - 1]
     return fair(jobs, capacity, table, alpha)
 
+
+
+class FinishFair(Policy):
+    """``ftf`` as a running node's policy: it owns balance's shadow run (its deadlines), plans
+    on a finishing job's workers at once, and reads the jobs' stated lengths."""
+
+    replans_at_completion = True
+    uses_lengths = True
+    most_jobs = MAX_JOBS
+
+    def __init__(self, alpha: float = DEFAULT_ALPHA):
+        self.alpha = alpha
+        self.name = "ftf" if alpha == DEFAULT_ALPHA else f"ftf:{alpha:g}"
+        self.shadow: ShadowBalance | None = None  # made by ``rebase``, on the node's table
+
+    @classmethod
+    def parse(cls, param: str | None) -> FinishFair:
+        return cls(DEFAULT_ALPHA if param is None else check_alpha(param))
+
+    def __call__(self, jobs, capacity, loading) -> dict[str, int]:
+        return ftf(jobs, capacity, loading, self.alpha)
+
+    def rebase(self, capacity: int, loading) -> None:
+        if self.shadow is None:
+            self.shadow = ShadowBalance(capacity, loading)
+        else:
+            self.shadow.capacity, self.shadow.table = capacity, loading
+
+    def forget(self, name: str) -> None:
+        if self.shadow is not None:
+            self.shadow.forget(name)  # balance would not have run it to its end either
+
+    def decide(self, decision: Decision) -> tuple[dict[str, int], list]:
+        """Deadlines from the shadow; then twice more with each job's GPU share as the plan
+        leaves it (a partner held to few workers leaves the GPU to it). While a job that
+        stated no length is present, ``fair`` at the same α (deadlines and shortest-first
+        would rest on a guess); the shadow keeps following every job meanwhile."""
+        d, alpha = decision, self.alpha
+        due: dict[str, float] = {}
+        if self.shadow is not None and d.now is not None:  # GPU shares as balance leaves them
+            even = dict(zip((j.name for j in d.jobs),
+                            balance_plan(len(d.jobs), d.capacity).tolist(), strict=True))
+            self.shadow.observe(d.now, [(j.name, j.training_rate, j.remaining)
+                                        for j in d.shares(even)])
+            due = self.shadow.deadlines(d.now, alpha)
+        wanted = [replace(j, deadline=due.get(j.name)) for j in d.jobs]
+        if not all(d.length_known):
+            return fair(wanted, d.capacity, d.loading, alpha), wanted
+        workers = ftf(wanted, d.capacity, d.loading, alpha, window=d.window)
+        for _ in range(2):
+            again = d.shares(workers)
+            wanted = [replace(a, deadline=w.deadline)
+                      for a, w in zip(again, wanted, strict=True)]
+            workers = ftf(wanted, d.capacity, d.loading, alpha, window=d.window)
+        return workers, wanted

@@ -5,7 +5,7 @@ Model (the same for every policy, so Belady's MIN is the upper bound): the node 
 samples), otherwise a *miss* — one read from storage (a prefetch into the staging buffer is
 still a storage read, and the staging buffer holds no sample for a later access). On a miss
 the policy decides whether the sample enters the cache and what leaves.
-``evaluate(policy, sequence, capacity, **kw)`` runs a policy from ``POLICIES``:
+``adloader.datapath.cache_policies.evaluate(name, sequence, capacity, **kw)`` runs one by name:
 
 - ``belady``: MIN — evict the sample whose next use is farthest, the incoming one included
   (a sample used farther ahead than everything cached is not cached: optimal with bypass).
@@ -43,15 +43,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from adloader.access import NodeSequence, next_access, previous_access
+from adloader.datapath.access_stream import NodeSequence
+from adloader.datapath.reuse import lru_stack_distance, next_access, previous_access
 from adloader.errors import InputError
-
-NEVER = np.iinfo(np.int64).max  # stack distance of a first access
 
 
 @dataclass(frozen=True)
@@ -83,50 +81,6 @@ def _stats(hit: np.ndarray, evictions: int, tier_hits=None) -> CacheStats:
 
 
 # ---------------------------------------------------------------- LRU
-
-
-def _count_less(values: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                bound: np.ndarray) -> np.ndarray:
-    """#{j in [lo_q, hi_q) : values[j] < bound_q} for every query q (a wavelet matrix).
-
-    One stable partition by each bit of the values, most significant first; every query
-    descends with its range, O((n + q) log max) in whole-array numpy operations.
-    """
-    n = values.size
-    top = max(int(values.max(initial=0)), int(bound.max(initial=0)))
-    cur = values.astype(np.int64)
-    lo, hi = lo.astype(np.int64), hi.astype(np.int64)
-    count = np.zeros(lo.size, dtype=np.int64)
-    zeros = np.empty(n + 1, dtype=np.int64)
-    zeros[0] = 0
-    for level in range(top.bit_length() - 1, -1, -1):
-        is_zero = ((cur >> level) & 1) == 0
-        np.cumsum(is_zero, out=zeros[1:])
-        total = zeros[n]
-        q_one = ((bound >> level) & 1).astype(bool)
-        zl, zh = zeros[lo], zeros[hi]
-        count += np.where(q_one, zh - zl, 0)  # values with a 0 where the bound has a 1
-        lo = np.where(q_one, total + lo - zl, zl)
-        hi = np.where(q_one, total + hi - zh, zh)
-        cur = np.concatenate([cur[is_zero], cur[~is_zero]])
-    return count
-
-
-def lru_stack_distance(sequence) -> np.ndarray:
-    """Distinct other samples accessed since the last access of the same one (NEVER: none).
-
-    For access i with previous access p: #{j in (p, i) : prev[j] <= p} — the first accesses
-    inside the window (Mattson's stack distance). LRU of capacity C hits iff it is < C.
-    """
-    seq = np.asarray(sequence)
-    n = seq.size
-    prev = previous_access(seq)
-    dist = np.full(n, NEVER, dtype=np.int64)
-    again = np.flatnonzero(prev >= 0)
-    if again.size:
-        p = prev[again]
-        dist[again] = _count_less(prev + 1, p + 1, again, p + 2)
-    return dist
 
 
 def lru(sequence, capacity: int) -> CacheStats:
@@ -311,40 +265,6 @@ def lobster(sequence, capacity: int, steps=None, steps_per_epoch: int | None = N
 def lobster_lazy(sequence, capacity: int, **kw) -> CacheStats:
     """``lobster`` with ``bypass=False``: every miss is let in at the farthest one's cost."""
     return lobster(sequence, capacity, **{"bypass": False, **kw})
-
-
-# ---------------------------------------------------------------- registry
-
-POLICIES: dict[str, Callable[..., CacheStats]] = {
-    "lru": lru,
-    "belady": belady,
-    "lobster": lobster,
-    "nopfs": nopfs,
-    "lobster-lazy": lobster_lazy,
-}
-_STEPPED = (lobster, lobster_lazy)  # policies that read a NodeSequence's iterations
-
-
-def get_eviction_policy(name: str) -> Callable[..., CacheStats]:
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise InputError(
-            f"unknown cache policy {name!r}; choose one of {', '.join(POLICIES)}") from None
-
-
-def evaluate(policy, sequence, capacity: int, **kw) -> CacheStats:
-    """Run ``policy`` (a name or a callable) on ``sequence`` with ``capacity`` samples."""
-    fn = get_eviction_policy(policy) if isinstance(policy, str) else policy
-    if int(capacity) != capacity or capacity < 0:
-        raise InputError(f"cache capacity must be a whole number of samples >= 0, "
-                         f"got {capacity}")
-    seq = sequence.samples if isinstance(sequence, NodeSequence) else np.asarray(sequence)
-    if seq.ndim != 1 or (seq.size and (seq.dtype.kind not in "iu" or seq.min() < 0)):
-        raise InputError("cache: the access sequence must be a flat array of sample ids >= 0")
-    if isinstance(sequence, NodeSequence) and fn in _STEPPED:
-        return fn(sequence, int(capacity), **kw)
-    return fn(seq, int(capacity), **kw)
 
 
 def lru_expected(fraction: float) -> float:

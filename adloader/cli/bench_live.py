@@ -1,0 +1,196 @@
+"""``adloader bench live | api | startup``: the static mix as real jobs under real daemons, the
+control plane at scale, and the command line's own start-up — each against a baseline measured
+in the same run. Each bench's own flags are declared here beside it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from adloader.errors import InputError
+
+from . import _options, _output
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    """``a,b,c`` as policy names, each checked (a clear error names an unknown one)."""
+    from adloader.scheduling.policies import get_policy
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("--policies: name at least one policy")
+    for name in names:
+        try:
+            get_policy(name.removesuffix("+shares"))
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return names
+
+
+BASELINES = ("requested", "even", "cores", "autotune", "even@trace", "elastic")
+
+
+def _baselines(text: str) -> tuple[str, ...]:
+    """``a,b`` as no-daemon settings (``none``: no baseline), each checked."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if names == ("none",):
+        return ()
+    bad = [n for n in names if n not in BASELINES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"--baselines: {', '.join(bad) or 'none given'}: choose from "
+            f"{', '.join(BASELINES)} (or none)")
+    return names
+
+
+def live_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds of every policy (default 4)")
+    p.add_argument("--iterations-scale", dest="iterations_scale", type=float, default=None,
+                   help="the trace's iterations × this (default 0.2)")
+    p.add_argument("--crop", type=int, default=None,
+                   help="image crop (default 224 with CUDA, 112 emulated)")
+    p.add_argument("--workers", type=_options.counts, default=None,
+                   help="the daemon's workers, one count (default: the cores with CUDA, else "
+                        "3 × them)")
+    p.add_argument("--policies", type=_policies, default=None,
+                   help="policies to run under the daemon, comma-separated (default "
+                        "balance,ftf); POLICY+shares: each job in a cgroup of its own, "
+                        "weighted by its workers (root)")
+    p.add_argument("--baselines", type=_baselines, default=None,
+                   help="no-daemon settings on torch's own DataLoader, comma-separated, or "
+                        f"none (default {','.join(BASELINES)})")
+
+
+def _live_config(args):
+    """The LiveConfig the flags ask for (--quick: two policies, a short run), checked."""
+    from adloader.bench.live import LiveConfig
+
+    cfg = LiveConfig()
+    if args.quick:
+        cfg = LiveConfig(policies=("balance", "ftf"), baselines=("requested", "even",
+                                                                 "autotune"),
+                         iterations_scale=0.03, rounds=1)
+    if args.workers is not None and len(args.workers) != 1:
+        raise InputError("bench live: --workers takes one count")
+    given = {"rounds": args.rounds, "iterations_scale": args.iterations_scale,
+             "policies": args.policies, "baselines": args.baselines, "crop": args.crop,
+             "capacity": args.workers and args.workers[0]}
+    cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
+    if cfg.rounds < 1 or cfg.iterations_scale <= 0 or cfg.crop < 0 or cfg.capacity < 0:
+        raise InputError("bench live: --rounds must be >= 1, --iterations-scale > 0, "
+                         "--crop and --workers >= 0")
+    return cfg
+
+
+def bench_live(args) -> int:
+    """The static mix as real jobs under a real daemon, one run per policy."""
+    from adloader.bench.live import run_live_bench
+    from adloader.sim.report import frontier_table, limits_text
+
+    console = _output.console()
+    cfg = _live_config(args)
+    result = run_live_bench(cfg, progress=lambda m: console.print(f"  {m}"))
+    summary = result["summary"]
+    ref = summary[0]["reference"]
+
+    def vs(r, key):
+        return f"{r[key]:.3f}" if key in r else "—"
+
+    rows = [[r["policy"], f"{r['makespan_s']:.1f}", f"{r['makespan_paired']:.3f}",
+             f"{r['spread'][0]:.2f}–{r['spread'][1]:.2f}", vs(r, "makespan_vs_best_fixed"),
+             vs(r, "makespan_vs_requested"), f"{r['jct_paired']:.3f}",
+             f"{r['worst_jct_paired']:.3f}", f"{r['aggregate_throughput']:.0f}",
+             f"{r['sum_paired']:.3f}", f"{r['memory_mb']:.0f}",
+             f"{r['overhead_cpu_per_training_s']:.4f}", f"{r['reallocations']:g}",
+             f"{len(r['met'])}/3" if r["daemon"] else ""] for r in summary]
+    console.print(_output.table(
+        f"static mix as real jobs here ({result['mode']}): {result['capacity']} workers, "
+        f"iterations × {cfg.iterations_scale:g}; medians of {cfg.rounds} rounds, each ratio "
+        f"paired with {ref}'s run of the same round",
+        ["setting", "makespan s", f"× {ref}", "spread", "× best fixed", "× requested",
+         "mean JCT ×", "worst job JCT ×", "Σ samples/s", "Σ ×", "memory MB",
+         "overhead CPU/s", "reallocs", "targets"], rows))
+    console.print(
+        "one measure for every row: JCT and makespan from the run's start to each job's last "
+        "batch (the daemon's arrival window and start-up included), Σ of the jobs' own "
+        "training-loop rates, memory the peak Σ PSS of every process of the run, overhead the "
+        "CPU-seconds of the daemon, supervisors and masters per training-second; no daemon: "
+        "torch's own DataLoader, placed as the daemon places (even@trace: on the trace's own "
+        "GPUs); best fixed: the shortest of requested, even and cores in the same round; "
+        "targets (issue 23): makespan ≤ 1.00× best fixed and ≤ 0.95× requested, mean JCT "
+        "≤ 1.00× best fixed")
+    names = list(summary[0]["jobs"])
+    console.print(_output.table(
+        f"each job's rate against its rate under {ref} (median over rounds)",
+        ["setting", *names],
+        [[r["policy"], *(f"{r['jobs'].get(n, float('nan')):.3f}" for n in names)]
+         for r in summary]))
+    sims = result.get("simulated_baselines") or []
+    if sims:
+        jobs = list(sims[0]["live"])
+        console.print(_output.table(
+            "the fixed no-daemon settings simulated on this node's measured profile, each job's "
+            "rate against its live median (simulated / live − 1): kernel, sleeping workers "
+            "yield their CPU; static, the model's own assumption",
+            ["setting", "CPU sharing", *jobs, "worst |error|"],
+            [[s["setting"], s["cpu_sharing"], *(f"{s['error'][n]:+.1%}" for n in jobs),
+              f"{max(abs(v) for v in s['error'].values()):.1%}"] for s in sims]))
+    truth = "this node's measured profile as the truth, against balance simulated on it"
+    for line in limits_text(result["limits"], truth):
+        console.print(line)
+    console.print(frontier_table(result["limits"], "measured profile"))
+    _output.save(args.json, result)
+    last = {r["policy"]: r for r in result["runs"]}  # the last round of each policy
+    _output.plot(args.plot, list(last.values()), "bench live (real jobs)")
+    return 0
+
+
+def api_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--masters", default="200,1000",
+                   help="simulated masters, a row per count (default 200,1000)")
+
+
+def bench_api(args) -> int:
+    """The control plane at scale: REST latency per read endpoint, daemon RSS and CPU, with N
+    masters heartbeating at 1 Hz (a row per N), against the idle daemon of the same run."""
+    from adloader.bench.api import READS, run_api_bench
+
+    console = _output.console()
+    counts = (30,) if args.quick else tuple(int(n) for n in str(args.masters).split(","))
+    seconds = 6.0 if args.quick else 30.0
+    with console.status(f"bench api: {', '.join(map(str, counts))} masters at 1 Hz"):
+        result = run_api_bench(masters=counts, seconds=seconds)
+    for row in result["rows"]:
+        cells = [[path, f"{row['idle'][path]['p99_ms']:.1f}",
+                  f"{row['loaded'][path]['p50_ms']:.1f}", f"{row['loaded'][path]['p99_ms']:.1f}",
+                  f"{row['loaded'][path]['p99_ms'] / row['idle'][path]['p99_ms']:.2f}"]
+                 for path in READS]
+        console.print(_output.table(f"{row['registered']} masters at 1 Hz: daemon RSS "
+                             f"{row['daemon_rss_mb']:.0f} MB, CPU {row['daemon_cpu_percent']:.0f} %"
+                             f" of a core", ["GET", "idle p99 ms", "p50 ms", "p99 ms",
+                                             "p99 × idle"], cells))
+        lost = {k: v for k, v in row["counters"].items() if v}
+        console.print(f"worst p99 {row['worst_p99_ms']:.1f} ms; counters {lost or 'all 0'}")
+        deep = row["deep_submit"]
+        worst = max(v["p99_ms"] for v in deep["latency"].values())
+        console.print(f"while a Resnet600 job was submitted ({deep['count_s']:.1f} s to count "
+                      f"its FLOPs, {deep['status']}): reads p99 ≤ {worst:.1f} ms")
+    _output.save(args.json, result)
+    return 0
+
+
+def bench_startup(args) -> int:
+    """The command line's start-up: `adloader --help`, `jobs`, `submit --help` against a bare
+    interpreter importing argparse, in the same run (medians)."""
+    from adloader.bench.startup import run_startup_bench
+
+    result = run_startup_bench(rounds=5 if args.quick else 15)
+    rows = [[r["command"], f"{r['median_ms']:.0f}", f"{r['ratio']:.1f}",
+             ", ".join(r["heavy"]) or "none"] for r in result["rows"]]
+    out = _output.console()
+    out.print(_output.table(f"start-up, median of {result['rounds']} runs (baseline: "
+                            f"`python -c 'import argparse'`, {result['baseline_ms']:.0f} ms)",
+                            ["command", "ms", "× baseline", "heavy modules loaded"], rows))
+    _output.save(args.json, result)
+    return 0

@@ -1,0 +1,140 @@
+"""Each job's CPU share as a cgroup of its own: what makes an allocation take effect.
+
+On one machine the kernel wastes no CPU (a worker whose prefetch queue is full sleeps), so a
+worker count alone only changes *which* job gets the CPU when every job asks for more than
+it has. A job in a cgroup of its own, with a weight that follows its allocation, gets at
+least its share of the node's CPU when all are busy, whatever its processes do — a tenant
+that ignores the daemon and starts many workers cannot take more — and the CPU it leaves
+unused goes to the others (weights are work-conserving).
+
+One class for both hierarchies, found at ``root``:
+
+- cgroup v2 (``ROOT/cgroup.controllers`` lists ``cpu``): ``ROOT/PARENT/JOB/cpu.weight``
+  (1–10000, 100 the default), the job's processes in ``cgroup.procs``, its CPU time in
+  ``cpu.stat`` (``usage_usec``);
+- cgroup v1: ``ROOT/cpu/PARENT/JOB/cpu.shares`` (2–262144, 1024 the default) and, where
+  ``cpuacct`` is its own hierarchy, ``ROOT/cpuacct/PARENT/JOB`` for ``cpuacct.usage`` (ns).
+
+A job's weight is proportional to its workers (at least one): ``WEIGHT × d_i / mean(d)``
+keeps the node's total at the default, so jobs outside adloader's parent keep theirs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from adloader.errors import StorageError
+
+DEFAULT_ROOT = "/sys/fs/cgroup"
+V1_DEFAULT, V1_RANGE = 1024, (2, 262_144)
+V2_DEFAULT, V2_RANGE = 100, (1, 10_000)
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as fh:  # one write(2): the kernel takes the value whole
+        fh.write(value)
+
+
+def weights(workers: Mapping[str, int], default: int, bounds: tuple[int, int]) -> dict:
+    """Each job's weight: ``default × d_i / mean(d)``, d_i ≥ 1, within the kernel's bounds."""
+    if not workers:
+        return {}
+    d = {k: max(1, int(v)) for k, v in workers.items()}
+    mean = sum(d.values()) / len(d)
+    lo, hi = bounds
+    return {k: min(hi, max(lo, round(default * v / mean))) for k, v in d.items()}
+
+
+class CpuShares:
+    """The node's jobs as cgroups under ``parent`` (see the module)."""
+
+    def __init__(self, root: str | os.PathLike = DEFAULT_ROOT, parent: str = "adloader"):
+        self.root, self.parent = Path(root), parent
+        controllers = self.root / "cgroup.controllers"
+        if controllers.exists() and "cpu" in controllers.read_text().split():
+            self.version = 2
+            self.base = self.root / parent
+            self.acct = self.base
+        elif (self.root / "cpu" / "cpu.shares").exists():
+            self.version = 1
+            self.base = self.root / "cpu" / parent
+            acct = self.root / "cpuacct"
+            self.acct = acct / parent if (acct / "cpuacct.usage").exists() and \
+                acct.resolve() != (self.root / "cpu").resolve() else self.base
+        else:
+            raise StorageError(f"{self.root}: no cgroup CPU controller (v2 cpu or v1 cpu)")
+        try:
+            for d in {self.base, self.acct}:
+                d.mkdir(exist_ok=True)
+            if self.version == 2:  # the parent hands the cpu controller to each job's group
+                _write(self.root / "cgroup.subtree_control", "+cpu")
+                _write(self.base / "cgroup.subtree_control", "+cpu")
+        except OSError as exc:
+            raise StorageError(f"{self.base}: cannot make the jobs' cgroups: "
+                               f"{exc.strerror}") from None
+
+    @property
+    def default(self) -> int:
+        return V2_DEFAULT if self.version == 2 else V1_DEFAULT
+
+    def _dirs(self, job: str) -> list[Path]:
+        return list(dict.fromkeys([self.base / job, self.acct / job]))
+
+    def prepare(self, job: str) -> list[Path]:
+        """``job``'s group folders, made: a process joins by writing its pid to
+        ``cgroup.procs`` in each (its children then start there)."""
+        dirs = self._dirs(job)
+        for d in dirs:
+            d.mkdir(exist_ok=True)
+        return dirs
+
+    def add(self, job: str, pid: int) -> None:
+        """Put process ``pid`` (and so every process it starts from now on) in ``job``'s group."""
+        for d in self.prepare(job):
+            _write(d / "cgroup.procs", str(int(pid)))
+
+    def set_workers(self, workers: Mapping[str, int]) -> dict[str, int]:
+        """Weights proportional to each job's workers; returns what was written."""
+        knob, bounds = ("cpu.weight", V2_RANGE) if self.version == 2 else \
+            ("cpu.shares", V1_RANGE)
+        out = weights({k: v for k, v in workers.items() if (self.base / k).is_dir()},
+                      self.default, bounds)
+        for job, w in out.items():
+            _write(self.base / job / knob, str(w))
+        return out
+
+    def weight(self, job: str) -> int:
+        knob = "cpu.weight" if self.version == 2 else "cpu.shares"
+        return int((self.base / job / knob).read_text())
+
+    def usage_s(self, job: str) -> float:
+        """CPU seconds every process of ``job`` has used while in its group."""
+        if self.version == 2:
+            for line in (self.acct / job / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+            return 0.0
+        return int((self.acct / job / "cpuacct.usage").read_text()) / 1e9
+
+    def remove(self, job: str) -> None:
+        """Drop ``job``'s group once its processes are gone (any left move to the parent)."""
+        for d in self._dirs(job):
+            with contextlib.suppress(OSError):
+                for pid in (d / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        _write(d.parent / "cgroup.procs", pid)
+                d.rmdir()
+
+    def close(self) -> None:
+        """Remove every job group and the parent (what is left of them)."""
+        for d in {self.base, self.acct}:
+            if d.is_dir():
+                for child in d.iterdir():
+                    if child.is_dir():
+                        self.remove(child.name)
+                with contextlib.suppress(OSError):
+                    d.rmdir()

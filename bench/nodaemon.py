@@ -1,0 +1,176 @@
+"""What a node does without adloader: the static mix on torch's own DataLoader, no daemon.
+
+The baselines of `adloader bench live` (issue 23). Every job is the reference job
+(``workloads/train.py --loader torch``), all started at once, each with:
+
+- ``requested``: the trace's own ``workers`` for each job (6 each in paper-static);
+- ``even``: the node's loading workers split evenly, ``capacity // N`` each;
+- ``cores``: ``num_workers`` = the node's logical cores for every job, as tutorials advise;
+- ``autotune``: each job tunes its own count (``workloads.autotune``, no view of the node).
+
+Jobs are placed on the emulated GPUs as the daemon places them (the planner's first fit, in
+arrival order), so a difference between a baseline and a policy is not placement;
+``even@trace`` runs the even split on the trace's own ``gpu_ids``, to show what placement
+alone moves; ``elastic`` runs the even split on adloader's own ``ElasticDataLoader`` with no
+daemon, to tell the loader's cost from the daemon's. Every row, with or without a daemon, is
+measured the same way (``RunWatch``): JCT from the moment the run was started to the job's
+last batch, makespan to the last job's, each job's rate as its own training loop measured
+it, the peak over the run of Σ PSS of every process of the run (jobs, their loader workers,
+the daemon and supervisors), and the CPU-seconds of the daemon, the supervisors and the
+masters (inside the jobs: their channel thread, libzmq's threads, the batch hook) per
+training-second.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from adloader import env as names
+from adloader.scheduling.planner import place_in_order
+from adloader.sim.trace import Trace
+from adloader.workloads.replay import job_command
+
+SETTINGS = ("requested", "even", "cores", "autotune")
+EXTRA = ("even@trace", "elastic")  # even split: on the trace's GPUs; on our loader
+
+
+def baseline_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict:
+    """Each job's ``num_workers`` under a no-daemon setting (None: the job tunes it)."""
+    base = setting.split("@")[0]
+    even = max(1, capacity // max(len(trace.jobs), 1))
+    return {j.name: {"requested": j.workers or even, "even": even, "cores": cores,
+                     "autotune": None, "elastic": even}[base] for j in trace.jobs}
+
+
+def placement(trace: Trace, setting: str, per_gpu: int) -> dict[str, tuple[int, ...]]:
+    """The GPUs of each job: the daemon's first fit, or the trace's own (``@trace``)."""
+    if setting.endswith("@trace"):
+        return {j.name: tuple(j.gpu_ids or range(j.gpus)) for j in trace.jobs}
+    jobs = sorted(trace.jobs, key=lambda j: j.arrival_s)
+    return place_in_order([(j.name, j.gpus) for j in jobs], trace.gpus, per_gpu)
+
+
+class RunWatch:
+    """Samples every process whose command line names ``marker`` (the run's own folder):
+    the peak of Σ PSS, and each process's CPU seconds by role (daemon, supervisor, job)."""
+
+    def __init__(self, marker: str, every_s: float = 0.5):
+        self.marker, self.every_s = marker, every_s
+        self.peak_pss = 0
+        self.cpu: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> RunWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def role(cmdline: list[str]) -> str:
+        text = " ".join(cmdline)
+        if "adloader.daemon.supervise" in text:
+            return "supervisor"
+        if "adloader.workloads.train" in text:
+            return "job"
+        return "daemon"
+
+    def sample(self) -> None:
+        total = 0
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if not any(self.marker in part for part in cmd):
+                continue
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    mem = proc.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            total += getattr(mem, "pss", mem.rss)
+            self.cpu[proc.pid] = (self.role(cmd), times.user + times.system)
+        self.peak_pss = max(self.peak_pss, total)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every_s)
+
+    def cpu_by_role(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for role, seconds in self.cpu.values():
+            out[role] = out.get(role, 0.0) + seconds
+        return out
+
+
+def summarise(jobs: list[dict], t0: float, watch: RunWatch) -> dict:
+    """The run in the shape every row shares (``replay``'s keys, from the jobs' reports)."""
+    for j in jobs:
+        j["start_s"], j["end_s"] = round(j["start"] - t0, 3), round(j["end"] - t0, 3)
+        j["jct_s"] = j["end_s"]  # every job of the static mix arrives at t0
+        j["throughput"] = round(j["rate"], 3)  # its own training loop's rate
+    training_s = sum(j["elapsed_s"] for j in jobs)
+    cpu = watch.cpu_by_role()
+    cpu["master"] = sum(j.get("master_cpu_s", 0.0) for j in jobs)  # inside the jobs
+    return {"jobs": jobs, "makespan_s": round(max(j["end_s"] for j in jobs), 3),
+            "mean_jct_s": round(statistics.mean(j["jct_s"] for j in jobs), 3),
+            "worst_jct_s": round(max(j["jct_s"] for j in jobs), 3),
+            "aggregate_throughput": round(sum(j["rate"] for j in jobs), 3),
+            "memory_mb": round(watch.peak_pss / 2**20, 1),
+            "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
+            "overhead_cpu_per_training_s": round(
+                (cpu.get("daemon", 0.0) + cpu.get("supervisor", 0.0) + cpu["master"])
+                / max(training_s, 1e-9), 5)}
+
+
+def run_baseline(trace: Trace, setting: str, *, capacity: int, cores: int, per_gpu: int,
+                 iterations_scale: float, step_scale: float, crop: int, data: str,
+                 images: int, root: Path, env: dict, timeout_s: float = 900.0) -> dict:
+    """The mix once under one no-daemon ``setting``; every job started together."""
+    workers = baseline_workers(trace, setting, capacity, cores)
+    gpus = placement(trace, setting, per_gpu)
+    out = root / f"reports-{setting}-{time.monotonic_ns()}"
+    out.mkdir(parents=True)
+    procs = []
+    with RunWatch(str(root)) as watch:
+        t0 = time.time()
+        for job in trace.jobs:
+            iterations = max(1, round(job.iterations * iterations_scale))
+            cmd = job_command(job, iterations, step_scale, crop, data, images)
+            loader = "elastic" if setting == "elastic" else "torch"
+            cmd += ["--loader", loader, "--report", str(out / f"{job.name}.json")]
+            cmd += ["--autotune"] if workers[job.name] is None else \
+                ["--workers", str(workers[job.name])]
+            job_env = {**env, names.GPU_IDS: ",".join(map(str, gpus[job.name]))}
+            procs.append(subprocess.Popen(cmd, env=job_env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True))
+        for job, proc in zip(trace.jobs, procs, strict=True):
+            try:
+                _, err = proc.communicate(timeout=max(1.0, t0 + timeout_s - time.time()))
+            except subprocess.TimeoutExpired:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"{setting}: {job.name} did not end in "
+                                   f"{timeout_s:.0f} s") from None
+            if proc.returncode:
+                raise RuntimeError(f"{setting}: {job.name} exited {proc.returncode}: "
+                                   f"{err.strip()[-400:]}")
+        watch.sample()
+    jobs = [dict(name=j.name, gpu_ids=list(gpus[j.name]), workers_initial=workers[j.name],
+                 **_read(out / f"{j.name}.json")) for j in trace.jobs]
+    return {"policy": f"no daemon: {setting}", "setting": setting,
+            **summarise(jobs, t0, watch)}
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())

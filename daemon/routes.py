@@ -1,0 +1,40 @@
+"""What the REST routes share (``daemon.routes_jobs``, ``daemon.routes_node``): a service
+call whose failure becomes one HTTP error line, and a job's 404."""
+
+# No ``from __future__ import annotations``: FastAPI must see the route functions' types.
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from fastapi import HTTPException, Path
+
+from adloader import limits
+from adloader.errors import InputError, StorageError
+
+log = logging.getLogger("adloader.daemon.api")  # the API's logger (daemon.api)
+T = TypeVar("T")
+
+JobId = Annotated[str, Path(max_length=limits.MAX_JOB_ID)]
+
+
+def call(what: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``; a bad input is 400, a failure of the node 503 (logged), never a 500."""
+    try:
+        return fn(*args)
+    except HTTPException:
+        raise
+    except InputError as exc:
+        raise HTTPException(400, str(exc)) from None
+    except StorageError as exc:
+        log.error("%s: %s", what, exc)
+        raise HTTPException(503, f"{what} failed: {exc}") from None
+    except Exception:
+        log.exception("%s failed", what)
+        raise HTTPException(503, f"{what} failed inside the daemon (see its log)") from None
+
+
+def found(job_id: str, view: T | None) -> T:
+    """``view``, or 404 when there is no such job."""
+    if view is None:
+        raise HTTPException(404, f"no job {job_id!r}")
+    return view

@@ -1,0 +1,103 @@
+"""The REST routes of jobs (``rest.JOBS`` and ``rest.JOB``'s): submit, list, show, cancel,
+pause, resume and the log, followed or not."""
+
+# No ``from __future__ import annotations``: FastAPI must see the route functions' types.
+import asyncio
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from adloader import rest
+from adloader.rest import JobSpec, JobView
+
+from .routes import JobId, call, found
+from .service import NodeService
+
+DEFAULT_TAIL = 64 * 1024
+MAX_TAIL = 16 * 1024 * 1024
+FOLLOW_POLL_S = 0.25  # how often a followed log is looked at for more
+ENDED_STATES = ("finished", "failed", "cancelled", "lost")
+SUBMITS_AT_ONCE = 4  # submits in flight (each may count a model's FLOPs in a child)
+
+
+async def _follow(service: NodeService, job_id: str, path: str, tail: int):
+    """A log's last ``tail`` bytes, then whatever is appended, until the job has ended and
+    everything written is sent (or the client goes away: the generator is cancelled)."""
+    offset = None
+    while True:
+        ended = (service.job(job_id) or _Gone).state in ENDED_STATES
+        path = path or service.log_path(job_id) or ""  # none until the job is launched
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, 2)
+                size = fh.tell()
+                if offset is None or offset > size:  # first read, or the file was replaced
+                    offset = max(0, size - tail)
+                fh.seek(offset)
+                chunk = fh.read(1 << 20)
+        except OSError:
+            chunk = b""
+        if chunk:
+            offset += len(chunk)
+            yield chunk
+            continue
+        if ended:
+            return
+        await asyncio.sleep(FOLLOW_POLL_S)
+
+
+class _Gone:
+    state = "lost"
+
+
+def router(service: NodeService) -> APIRouter:
+    """The job routes over ``service`` (its caller adds the token check)."""
+    jobs_api = APIRouter()
+    submits = anyio.CapacityLimiter(SUBMITS_AT_ONCE)
+
+    @jobs_api.post(rest.JOBS, status_code=201, response_model=JobView, tags=["jobs"])
+    async def submit(spec: JobSpec) -> JobView:
+        """Submit a job: it waits in the arrival buffer, then runs with its allocation."""
+        return await anyio.to_thread.run_sync(call, "submit", service.submit, spec,
+                                              limiter=submits)
+
+    @jobs_api.get(rest.JOBS, response_model=list[JobView], tags=["jobs"])
+    def jobs() -> Response:
+        """Every job the daemon knows, in submit order."""
+        return Response(call("listing jobs", service.jobs_json), media_type="application/json")
+
+    @jobs_api.get(rest.JOB, response_model=JobView, tags=["jobs"])
+    def job(job_id: JobId) -> JobView:
+        return found(job_id, call("reading the job", service.job, job_id))
+
+    @jobs_api.delete(rest.JOB, response_model=JobView, tags=["jobs"])
+    def cancel(job_id: JobId) -> JobView:
+        """Cancel a job: a queued one never starts, a running one is terminated."""
+        return found(job_id, call("cancel", service.cancel, job_id))
+
+    @jobs_api.post(rest.JOB_PAUSE, response_model=JobView, tags=["jobs"])
+    def pause(job_id: JobId, checkpoint: bool = False) -> JobView:
+        """Suspend a running job at its next batch boundary (§III-C): its workers go to the
+        others; with ``checkpoint`` it saves model, optimizer and loader state first."""
+        return found(job_id, call("pause", service.pause, job_id, checkpoint))
+
+    @jobs_api.post(rest.JOB_RESUME, response_model=JobView, tags=["jobs"])
+    def resume(job_id: JobId) -> JobView:
+        """Resume a paused job; the next decision gives it its share of the workers."""
+        return found(job_id, call("resume", service.resume, job_id))
+
+    @jobs_api.get(rest.JOB_LOG, response_class=PlainTextResponse, tags=["jobs"])
+    def job_log(job_id: JobId, tail: Annotated[int, Query(ge=0, le=MAX_TAIL)] = DEFAULT_TAIL,
+                follow: bool = False) -> Response:
+        """The last ``tail`` bytes of the job's standard output and error; with ``follow``,
+        then what it writes, as it writes it, until it has ended."""
+        if not follow:
+            return PlainTextResponse(found(job_id, call("reading the log", service.log, job_id,
+                                                        tail)))
+        path = found(job_id, call("reading the log", service.log_path, job_id))
+        return StreamingResponse(_follow(service, job_id, path, tail),
+                                 media_type="text/plain; charset=utf-8")
+
+    return jobs_api

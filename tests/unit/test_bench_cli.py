@@ -1,0 +1,164 @@
+"""`adloader bench NAME`: each bench takes exactly its own flags (parsing only: nothing runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from adloader import cli
+from adloader.cli import bench
+
+SIM = {"--profile", "--model", "--seed", "--cores", "--window", "--prediction-error",
+       "--realloc-cost"}
+OUT = {"--json", "--plot"}
+FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing else
+    "static": SIM | OUT,
+    "dynamic": SIM | OUT,
+    "tpm": {"--profile", "--model", "--seed", "--cores", "--realloc-cost"},
+    "allocation": {"--jobs", "--capacity", "--json"},
+    "mixes": SIM | {"--jobs", "--mixes", "--rate", "--json"},
+    "live": {"--quick", "--rounds", "--iterations-scale", "--crop", "--workers", "--policies",
+             "--baselines"}
+    | OUT,
+    "api": {"--quick", "--masters", "--json"},
+    "resize": {"--quick", "--json"},
+    "cache": {"--quick", "--ranks-per-node", "--json"},
+    "epoch-order": {"--quick", "--json"},
+    "chunks": {"--quick", "--json"},
+    "shared-cache": {"--quick", "--json"},
+    "node-cache": {"--quick", "--rounds", "--json"},
+    "cluster": {"--quick", "--profile", "--seed", "--json"},
+    "multinode": {"--json"},
+    "locality": {"--quick", "--max-imbalance", "--json"},
+    "storage": {"--quick", "--json"},
+    "startup": {"--quick", "--json"},
+    "loaders": {"--quick", "--workers", "--rounds", "--crop", "--json"},
+}
+EVERY_FLAG = set().union(*FLAGS.values())
+VALUES = {"--profile": "paper", "--model": "tpm.json", "--seed": "3", "--cores": "8",
+          "--window": "0", "--prediction-error": "0.2", "--realloc-cost": "16",
+          "--json": "out.json", "--plot": "out.png", "--jobs": "50", "--capacity": "64",
+          "--mixes": "2", "--rate": "0.05", "--rounds": "3", "--iterations-scale": "0.1",
+          "--crop": "112", "--workers": "2", "--policies": "balance,optimal",
+          "--masters": "30", "--ranks-per-node": "2", "--max-imbalance": "1.2",
+          "--baselines": "even,autotune"}
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    return cli.build_parser("bench").parse_args(["bench", *argv])
+
+
+def _bench_parsers() -> dict[str, argparse.ArgumentParser]:
+    parser = cli.build_parser("bench")
+    top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = next(a for a in top.choices["bench"]._actions
+               if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def _args(flag: str) -> list[str]:
+    return [flag] if flag == "--quick" else [flag, VALUES[flag]]
+
+
+def test_the_table_covers_every_bench_and_every_flag_has_a_sample_value():
+    assert set(FLAGS) == set(bench.BENCHMARKS) == set(_bench_parsers())
+    assert EVERY_FLAG - {"--quick"} <= set(VALUES)
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS))
+def test_a_bench_declares_exactly_its_flags(name):
+    declared = {s for a in _bench_parsers()[name]._actions for s in a.option_strings
+                if s.startswith("--") and s != "--help"}
+    assert declared == FLAGS[name]
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS))
+def test_each_declared_flag_parses(name):
+    args = _parse(name)
+    assert args.which == name and args.func is bench.BENCHMARKS[name].run
+    everything = [x for flag in sorted(FLAGS[name]) for x in _args(flag)]
+    args = _parse(name, *everything)
+    for flag in FLAGS[name] - {"--quick"}:
+        assert getattr(args, flag[2:].replace("-", "_")) is not None, flag
+    if "--quick" in FLAGS[name]:
+        assert args.quick is True
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS))
+def test_a_flag_the_bench_does_not_take_is_refused_naming_it(name, capsys):
+    for flag in sorted(EVERY_FLAG - FLAGS[name]):
+        with pytest.raises(SystemExit) as exc:
+            _parse(name, *_args(flag))
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"unrecognized arguments: {flag}" in err, (name, flag, err)
+        assert f"adloader bench {name}" in err  # the bench's own usage, not the top one
+
+
+def test_static_refuses_rounds(capsys):
+    with pytest.raises(SystemExit):
+        _parse("static", "--rounds", "3")
+    assert "--rounds" in capsys.readouterr().err
+
+
+def test_defaults_are_each_bench_s_own():
+    assert _parse("allocation").capacity == 1024 and _parse("allocation").jobs is None
+    mixes = _parse("mixes")
+    assert (mixes.mixes, mixes.rate, mixes.jobs, mixes.seed) == (10, 1 / 60, None, 0)
+    assert _parse("api").masters == "200,1000"
+    assert _parse("locality").max_imbalance == 1.1
+    assert _parse("loaders", "--workers", "1,2").workers == (1, 2)
+    assert _parse("live", "--policies", "balance,fair").policies == ("balance", "fair")
+    static = _parse("static")
+    assert (static.profile, static.window, static.realloc_cost, static.prediction_error) == \
+        ("paper", 30.0, 0.1, 0.0)
+
+
+def test_bench_help_lists_every_bench_with_its_line(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # argparse wraps nothing
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "--help"])
+    assert exc.value.code == 0
+    words = " ".join(capsys.readouterr().out.split())
+    for name, spec in bench.BENCHMARKS.items():
+        assert " ".join([name, *spec.help.split()]) in words, name
+
+
+def test_a_bench_s_help_shows_only_its_flags(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "static", "--help"])
+    out = capsys.readouterr().out
+    assert "--realloc-cost" in out and "--json" in out
+    for flag in ("--rounds", "--workers", "--crop", "--jobs", "--quick", "--masters"):
+        assert flag not in out
+
+
+def test_a_bench_name_is_required_and_checked(capsys):
+    with pytest.raises(SystemExit):
+        _parse()
+    assert "NAME" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _parse("nope")
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_nothing_outside_the_command_line_imports_it():
+    import pathlib
+    import re
+
+    root = pathlib.Path(cli.__file__).parents[2]
+    pattern = re.compile(r"^\s*(from|import)\s+adloader\.cli\b", re.M)
+    for folder in ("adloader", "bench", "client", "daemon", "workloads", "models"):
+        for path in (root / folder).rglob("*.py"):
+            if "cli" in path.relative_to(root).parts[:2] or path.name == "__main__.py":
+                continue  # the command line itself, and `python -m adloader` that runs it
+            assert not pattern.search(path.read_text()), path
+
+
+def test_live_takes_its_baselines_and_policies_with_cpu_shares():
+    assert _parse("live", "--baselines", "even,autotune").baselines == ("even", "autotune")
+    assert _parse("live", "--baselines", "none").baselines == ()
+    assert _parse("live", "--policies", "ftf+shares").policies == ("ftf+shares",)
+    with pytest.raises(SystemExit):
+        _parse("live", "--baselines", "sometimes")
