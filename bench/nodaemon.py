@@ -65,6 +65,8 @@ class RunWatch:
         self.marker, self.every_s = marker, every_s
         self.peak_pss = 0
         self.cpu: dict[int, tuple[str, float]] = {}
+        self.base: dict[int, float] = {}  # CPU seconds at ``mark``: start-up left out
+        self._lock = threading.Lock()  # the watcher thread and the caller both sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -86,6 +88,10 @@ class RunWatch:
         return "daemon"
 
     def sample(self) -> None:
+        with self._lock:
+            self._sample()
+
+    def _sample(self) -> None:
         total = 0
         for proc in psutil.process_iter(["pid", "cmdline"]):
             cmd = proc.info["cmdline"] or []
@@ -106,10 +112,17 @@ class RunWatch:
             self.sample()
             self._stop.wait(self.every_s)
 
+    def mark(self) -> None:
+        """From now on: what each process seen so far had used is left out (a daemon's own
+        start-up is not the cost of scheduling the run)."""
+        with self._lock:
+            self._sample()
+            self.base = {pid: seconds for pid, (_, seconds) in self.cpu.items()}
+
     def cpu_by_role(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        for role, seconds in self.cpu.values():
-            out[role] = out.get(role, 0.0) + seconds
+        for pid, (role, seconds) in self.cpu.items():
+            out[role] = out.get(role, 0.0) + seconds - self.base.get(pid, 0.0)
         return out
 
 
