@@ -286,8 +286,8 @@ class Node(NodeServiceMixin):
             job = self.scheduler.jobs.get(job_id)
             self.outbox.append((job.peer if job else None, msg))
         self.outbox.extend(actions.reply)
-        if self.shares is not None:
-            self.shares.follow(self.scheduler.jobs)
+        if self.shares is not None and (actions.launch or actions.changed):
+            self.shares.follow(self.scheduler.jobs)  # not on every heartbeat: on a decision
         self.online.maybe_refit()
 
     def _launch(self, job: LiveJob) -> None:
