@@ -27,7 +27,9 @@ class DaemonConfig:
     capacity: int = 0  # loading workers of the node (0 = logical cores)
     gpus: int = 0  # GPUs of the node (0 = CUDA devices, at least 1)
     jobs_per_gpu: int = 2  # jobs that may time-share one GPU
-    arrival_window_s: float = 30.0  # arrival buffer (paper: 30 s)
+    arrival_window_s: float = 30.0  # arrival buffer (paper: 30 s): arrivals that cannot start
+    arrival_settle_s: float = 0.25  # an arrival that could start now is decided this soon
+    hold_arrivals: bool = False  # every arrival waits the whole window (the paper's buffer)
     completion_window_s: float = 30.0  # completion buffer (paper: 30 s)
     heartbeat_s: float = 1.0  # what masters are told
     lost_after_s: float = 0.0  # no heartbeat for this long: lost (0 = 2 × heartbeat_s + 1)
@@ -109,7 +111,8 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
         raise InputError(f"setting 'node_cache_mb' must be 0 or more, got {cfg.node_cache_mb}")
     if cfg.jobs_per_gpu < 1:
         raise InputError(f"setting 'jobs_per_gpu' must be at least 1, got {cfg.jobs_per_gpu}")
-    for key in ("arrival_window_s", "completion_window_s", "heartbeat_s", "cancel_grace_s"):
+    for key in ("arrival_window_s", "arrival_settle_s", "completion_window_s", "heartbeat_s",
+                "cancel_grace_s"):
         if getattr(cfg, key) < 0 or (key == "heartbeat_s" and cfg.heartbeat_s == 0):
             raise InputError(f"setting {key!r} must be positive")
     return cfg

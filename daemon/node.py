@@ -68,6 +68,7 @@ class Node(NodeServiceMixin):
         self.scheduler = Scheduler(
             capacity=self.capacity, gpus=self.gpus, policy=config.policy, model=prior,
             tokens=self.tokens, arrival_window_s=config.arrival_window_s,
+            arrival_settle_s=config.arrival_settle_s, hold_arrivals=config.hold_arrivals,
             completion_window_s=config.completion_window_s, heartbeat_s=config.heartbeat_s,
             lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
             cancel_grace_s=config.cancel_grace_s, clock=time.monotonic)

@@ -35,7 +35,7 @@ from adloader.protocol import (
     Stop,
 )
 from adloader.scheduling import correction
-from adloader.scheduling.planner import PlanJob, plan
+from adloader.scheduling.planner import PlanJob, admit, plan
 from adloader.scheduling.policies import get_policy
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.scheduling.throughput import ThroughputModel
@@ -60,6 +60,7 @@ CORRECT_EVERY_S = 2.0  # one correction of c_i a job this often (heartbeats come
 class Scheduler(EndingsMixin):
     def __init__(self, *, capacity: int, gpus: int, policy: str, model: ThroughputModel,
                  tokens: TokenDigest, arrival_window_s: float = 30.0,
+                 arrival_settle_s: float = 0.25, hold_arrivals: bool = False,
                  completion_window_s: float = 30.0, heartbeat_s: float = 1.0,
                  lost_timeout_s: float = 3.0, max_jobs_per_gpu: int = 2,
                  cancel_grace_s: float = 10.0, clock: Callable[[], float]):
@@ -67,6 +68,7 @@ class Scheduler(EndingsMixin):
         self.policy = get_policy(policy)  # this node's own: its state (ftf's shadow) lives here
         self.tokens = tokens
         self.arrival_window_s, self.completion_window_s = arrival_window_s, completion_window_s
+        self.arrival_settle_s, self.hold_arrivals = arrival_settle_s, hold_arrivals
         if self.policy.replans_at_completion:
             self.completion_window_s = 0.0
         self.heartbeat_s, self.lost_timeout_s = heartbeat_s, lost_timeout_s
@@ -96,12 +98,38 @@ class Scheduler(EndingsMixin):
 
     # -- inputs ------------------------------------------------------------------------
     def add(self, job: LiveJob) -> Actions:
-        """A submitted job enters the arrival buffer (or a recovered one its old state)."""
+        """A submitted job enters the arrival buffer (or a recovered one its old state): it
+        is decided after the settle when it could start now, else after the arrival window."""
         self.jobs[job.id] = job
         if job.state in WAITING:
             job.state = "buffered"
-            self._open(self.arrival_window_s)
+            self._open(self._arrival_wait(job))
         return Actions(events=[(job.id, "buffered", {})])
+
+    def _arrival_wait(self, job: LiveJob) -> float:
+        """§III-C5's buffer, shortened: ``arrival_settle_s`` (jobs submitted together share
+        a decision) when the planner would admit the job now (GPU room beside the running and
+        earlier jobs), else and with ``hold_arrivals`` ``arrival_window_s``."""
+        if self.hold_arrivals:
+            return self.arrival_window_s
+        settle = min(self.arrival_settle_s, self.arrival_window_s)
+        try:
+            placed = admit(self._views(self._running() + self._waiting()),
+                           capacity=self.capacity, gpus=self.gpus,
+                           max_jobs_per_gpu=self.max_jobs_per_gpu)
+        except Exception:  # a job the planner cannot take: the decision fails it, soon
+            return settle
+        return settle if job.id in placed else self.arrival_window_s
+
+    def _running(self) -> list[LiveJob]:
+        """The running jobs a decision plans (not those ending or cancelled)."""
+        return [j for j in self.jobs.values() if j.state == "running"
+                and j.ending_since is None and j.cancel_at is None]
+
+    def _waiting(self) -> list[LiveJob]:
+        """Buffered and queued jobs, in arrival order."""
+        return sorted((j for j in self.jobs.values() if j.state in WAITING),
+                      key=lambda j: (j.submitted, j.id))
 
     def message(self, identity: bytes, msg) -> Actions:
         """A message from a job's connection ``identity``: judged by (job id, token)."""
@@ -215,10 +243,7 @@ class Scheduler(EndingsMixin):
     def replan(self) -> Actions:
         """Close the buffers: admit, allocate, launch new jobs, resize running ones. A job
         the planner cannot take fails alone; the others are planned as if it never was."""
-        running = [j for j in self.jobs.values() if j.state == "running"
-                   and j.ending_since is None and j.cancel_at is None]
-        waiting = sorted((j for j in self.jobs.values() if j.state in WAITING),
-                         key=lambda j: (j.submitted, j.id))
+        running, waiting = self._running(), self._waiting()
         if not running and not waiting:
             return Actions()
         out = Actions()

@@ -121,6 +121,7 @@ class TorchBaseline:
         self.tuner = Autotuner(most=cores) if autotune else None
         self.workers = self.tuner.workers if self.tuner else workers
         self.history: list[tuple[int, int]] = [(0, self.workers)]  # (batch, workers)
+        self.changed_at: list[tuple[float, int]] = [(time.time(), self.workers)]  # wall clock
 
     def _loader(self, order: list[int], start: int):
         return iter(torch.utils.data.DataLoader(
@@ -142,6 +143,7 @@ class TorchBaseline:
                 if want != self.workers:
                     self.workers = want
                     self.history.append((taken, want))
+                    self.changed_at.append((time.time(), want))
                     break
             else:
                 return
@@ -190,6 +192,8 @@ def main(argv=None) -> int:
                                        gpus=args.gpus, iterations=args.iterations, state=state)
     done, epoch, waited = 0, 0, 0.0
     start_wall, start = time.time(), time.perf_counter()
+    if baseline:
+        loader.changed_at[0] = (start_wall, loader.workers)
     while done < args.iterations:
         if baseline:
             batches = loader.epoch(epoch)
@@ -230,6 +234,7 @@ def main(argv=None) -> int:
                               "end": start_wall + elapsed, "elapsed_s": elapsed,
                               "rate": done * args.batch_size / elapsed, "wait_s": waited,
                               "workers": history,
+                              "workers_at": loader.changed_at if baseline else None,
                               "master_cpu_s": job.cpu_s() if job is not None else 0.0})
     if job is not None:
         job.finish(0)

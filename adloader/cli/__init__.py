@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from adloader.errors import DaemonBusy, DaemonUnavailable, InputError, StorageError
 
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _check_outputs(args)
         return int(args.func(args) or 0)
     except (InputError, StorageError, DaemonBusy) as exc:
         return _error(exc, 2)
@@ -68,6 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         return _error(exc, 1)
     except KeyboardInterrupt:
         return 130
+
+
+def _check_outputs(args) -> None:
+    """A result file or report folder the run could not write is named before the run (a
+    long bench must not end in a traceback): its folder must exist."""
+    for flag in ("json", "plot", "report"):
+        path = getattr(args, flag, None)
+        if isinstance(path, str) and path:
+            folder = Path(path).expanduser().resolve().parent
+            if not folder.is_dir():
+                raise InputError(f"--{flag} {path}: the folder {folder} does not exist")
 
 
 def _error(exc: Exception, code: int) -> int:

@@ -36,13 +36,15 @@ def config_option(parser: argparse.ArgumentParser) -> None:
 
 
 SIM_FLAGS = ("--profile", "--model", "--seed", "--cores", "--window", "--prediction-error",
-             "--realloc-cost")
+             "--realloc-cost", "--truth")
 
 
 def sim_options(parser: argparse.ArgumentParser, only: tuple[str, ...] = SIM_FLAGS) -> None:
-    """The simulated node: device profile, TPM, seed, cores, windows, reallocation cost (those
-    of them named in ``only``; the others keep their defaults in ``simulation_setup``)."""
+    """The simulated node: device profile, TPM, seed, cores, windows, reallocation cost, the
+    ground truth (those of them named in ``only``; the others keep their defaults in
+    ``simulation_setup``)."""
     from adloader.sim.simulator import LIVE_RESIZE_S
+    from adloader.sim.truth import DEFAULT_TRUTH, TRUTHS
 
     if set(only) - set(SIM_FLAGS):
         raise ValueError(f"not simulation flags: {sorted(set(only) - set(SIM_FLAGS))}")
@@ -64,6 +66,11 @@ def sim_options(parser: argparse.ArgumentParser, only: tuple[str, ...] = SIM_FLA
                                help="seconds a resized job stalls (default: adloader's live "
                                     f"resize, {LIVE_RESIZE_S} s; the paper's "
                                     "pause-and-retrieve: 16)"),
+        "--truth": dict(choices=TRUTHS, default=DEFAULT_TRUTH,
+                        help="the simulated ground truth of step times and GPU sharing: model "
+                             "(the profile's eq. 6 and perfect time-slicing, the TPM's own forms;"
+                             " an ablation), published (published GPU measurements; "
+                             f"adloader/sim/truths) (default {DEFAULT_TRUTH})"),
     }
     for flag in SIM_FLAGS:
         if flag in only:
@@ -98,4 +105,4 @@ def simulation_setup(args: argparse.Namespace):
     return report.setup(args.profile, getattr(args, "model", None), getattr(args, "seed", 0),
                         getattr(args, "cores", None), getattr(args, "window", 30.0),
                         getattr(args, "realloc_cost", None),
-                        getattr(args, "prediction_error", 0.0))
+                        getattr(args, "prediction_error", 0.0), getattr(args, "truth", "model"))

@@ -39,7 +39,7 @@ Flags = Callable[[argparse.ArgumentParser], None]
 def bench_static(args) -> int:
     return report.static_benchmark(args.profile, args.seed, args.json, args.plot, args.window,
                                    args.realloc_cost, args.cores, args.model,
-                                   args.prediction_error)
+                                   args.prediction_error, args.truth)
 
 
 def bench_dynamic(args) -> int:

@@ -60,6 +60,9 @@ def live_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baselines", type=_baselines, default=None,
                    help="no-daemon settings on torch's own DataLoader, comma-separated, or "
                         f"none (default {','.join(BASELINES)})")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="write a self-contained report into DIR: report.md (the machine, the "
+                        "tables), timeline.png, machine.json, live.json — the GPU run kit")
 
 
 def _live_config(args):
@@ -86,6 +89,7 @@ def _live_config(args):
 def bench_live(args) -> int:
     """The static mix as real jobs under a real daemon, one run per policy."""
     from adloader.bench.live import run_live_bench
+    from adloader.bench.live_report import job_rows, model_rows, summary_rows, write_report
     from adloader.sim.report import frontier_table, limits_text
 
     console = _output.console()
@@ -93,24 +97,12 @@ def bench_live(args) -> int:
     result = run_live_bench(cfg, progress=lambda m: console.print(f"  {m}"))
     summary = result["summary"]
     ref = summary[0]["reference"]
-
-    def vs(r, key):
-        return f"{r[key]:.3f}" if key in r else "—"
-
-    rows = [[r["policy"], f"{r['makespan_s']:.1f}", f"{r['makespan_paired']:.3f}",
-             f"{r['spread'][0]:.2f}–{r['spread'][1]:.2f}", vs(r, "makespan_vs_best_fixed"),
-             vs(r, "makespan_vs_requested"), f"{r['jct_paired']:.3f}",
-             f"{r['worst_jct_paired']:.3f}", f"{r['aggregate_throughput']:.0f}",
-             f"{r['sum_paired']:.3f}", f"{r['memory_mb']:.0f}",
-             f"{r['overhead_cpu_per_training_s']:.4f}", f"{r['reallocations']:g}",
-             f"{len(r['met'])}/3" if r["daemon"] else ""] for r in summary]
+    columns, rows = summary_rows(summary)
     console.print(_output.table(
         f"static mix as real jobs here ({result['mode']}): {result['capacity']} workers, "
         f"iterations × {cfg.iterations_scale:g}; medians of {cfg.rounds} rounds, each ratio "
         f"paired with {ref}'s run of the same round",
-        ["setting", "makespan s", f"× {ref}", "spread", "× best fixed", "× requested",
-         "mean JCT ×", "worst job JCT ×", "Σ samples/s", "Σ ×", "memory MB",
-         "overhead CPU/s", "reallocs", "targets"], rows))
+        columns, rows))
     console.print(
         "one measure for every row: JCT and makespan from the run's start to each job's last "
         "batch (the daemon's arrival window and start-up included), Σ of the jobs' own "
@@ -121,22 +113,15 @@ def bench_live(args) -> int:
         "GPUs); best fixed: the shortest of requested, even and cores in the same round; "
         "targets (issue 23): makespan ≤ 1.00× best fixed and ≤ 0.95× requested, mean JCT "
         "≤ 1.00× best fixed")
-    names = list(summary[0]["jobs"])
     console.print(_output.table(
         f"each job's rate against its rate under {ref} (median over rounds)",
-        ["setting", *names],
-        [[r["policy"], *(f"{r['jobs'].get(n, float('nan')):.3f}" for n in names)]
-         for r in summary]))
+        *job_rows(summary)))
     sims = result.get("simulated_baselines") or []
     if sims:
-        jobs = list(sims[0]["live"])
         console.print(_output.table(
             "the fixed no-daemon settings simulated on this node's measured profile, each job's "
             "rate against its live median (simulated / live − 1): kernel, sleeping workers "
-            "yield their CPU; static, the model's own assumption",
-            ["setting", "CPU sharing", *jobs, "worst |error|"],
-            [[s["setting"], s["cpu_sharing"], *(f"{s['error'][n]:+.1%}" for n in jobs),
-              f"{max(abs(v) for v in s['error'].values()):.1%}"] for s in sims]))
+            "yield their CPU; static, the model's own assumption", *model_rows(sims)))
     truth = "this node's measured profile as the truth, against balance simulated on it"
     for line in limits_text(result["limits"], truth):
         console.print(line)
@@ -144,6 +129,9 @@ def bench_live(args) -> int:
     _output.save(args.json, result)
     last = {r["policy"]: r for r in result["runs"]}  # the last round of each policy
     _output.plot(args.plot, list(last.values()), "bench live (real jobs)")
+    if args.report:
+        path = write_report(result, args.report)
+        console.print(f"report: {path} (with timeline.png, machine.json and live.json beside it)")
     return 0
 
 

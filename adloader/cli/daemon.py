@@ -103,8 +103,11 @@ def _detach(args) -> int:
     log_path = config.state_path / "daemon.log"
     argv = ["daemon"]
     for flag, dest in FLAGS.items():  # the same settings, in the foreground of its own session
-        if getattr(args, dest, None) is not None:
-            argv += [flag, str(getattr(args, dest))]
+        value = getattr(args, dest, None)
+        if value is True:  # a switch
+            argv.append(flag)
+        elif value is not None:
+            argv += [flag, str(value)]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "adloader", *argv], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -217,7 +220,13 @@ SETTINGS = {
     "--capacity": ("capacity", int, "loading workers of the node (default: the cores)"),
     "--gpus": ("gpus", int, "GPUs of the node (default: CUDA's, else 4 emulated)"),
     "--jobs-per-gpu": ("jobs_per_gpu", int, "jobs that may time-share one GPU (default 2)"),
-    "--arrival-window": ("arrival_window_s", float, "arrival buffer, seconds (default 30)"),
+    "--arrival-window": ("arrival_window_s", float, "arrival buffer, seconds (default 30): "
+                         "how long a job that cannot start now waits for its decision"),
+    "--arrival-settle": ("arrival_settle_s", float, "seconds a job that could start now waits "
+                         "for its decision, so jobs submitted together share one (default "
+                         "0.25)"),
+    "--hold-arrivals": ("hold_arrivals", bool, "every job waits the whole arrival window, as "
+                        "in the paper (ablation)"),
     "--completion-window": ("completion_window_s", float, "completion buffer (default 30)"),
     "--heartbeat": ("heartbeat_s", float, "heartbeat interval of the jobs (default 1)"),
     "--profile": ("profile", str, "device profile for the prior TPM (default paper)"),
@@ -235,7 +244,11 @@ def register(sub) -> None:
     p = sub.add_parser("daemon", help="run the node daemon (REST + ZeroMQ control channel)")
     _options.config_option(p)
     for flag, (dest, kind, text) in SETTINGS.items():
-        p.add_argument(flag, dest=dest, type=kind, default=None, help=text)
+        if kind is bool:  # a switch: on when given, else the settings file's
+            p.add_argument(flag, dest=dest, action="store_const", const=True, default=None,
+                           help=text)
+        else:
+            p.add_argument(flag, dest=dest, type=kind, default=None, help=text)
     p.add_argument("-d", "--detach", action="store_true",
                    help="run in the background; return once it answers")
     p.add_argument("--stop", action="store_true",

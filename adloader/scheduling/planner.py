@@ -112,6 +112,32 @@ def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
                       remaining=j.remaining_samples) for j in jobs]
 
 
+def admit(jobs: Sequence[PlanJob], *, capacity: int, gpus: int, realloc: bool = True,
+          max_jobs_per_gpu: int = 2) -> dict[str, tuple[int, ...]]:
+    """Step 1 of ``plan``: the waiting jobs (``running`` False) the node has room for now,
+    taken in the order given, each with its GPUs — room on its GPUs (at most
+    ``max_jobs_per_gpu`` a GPU, beside the running jobs and those admitted before it) and a
+    worker for each (C ≥ N). The others queue. The daemon's scheduler and the simulator ask
+    it too: an arrival it admits could start now (no arrival window to wait)."""
+    running = [j for j in jobs if j.running]
+    load = [0] * gpus
+    for j in running:
+        for g in j.gpu_ids:
+            load[g] += 1
+    room = capacity - (len(running) if realloc else sum(j.workers for j in running))
+    placed: dict[str, tuple[int, ...]] = {}
+    for job in jobs:
+        if job.running:
+            continue
+        ids = _place(job, load, max_jobs_per_gpu) if len(placed) < room else None
+        if ids is None:
+            continue
+        for g in ids:
+            load[g] += 1
+        placed[job.name] = ids
+    return placed
+
+
 def plan(
     jobs: Sequence[PlanJob],
     *,
@@ -134,23 +160,13 @@ def plan(
     policy = get_policy(policy)
     running = [j for j in jobs if j.running]
     waiting = [j for j in jobs if not j.running]
-    load = [0] * gpus
-    for j in running:
-        for g in j.gpu_ids:
-            load[g] += 1
     fixed = sum(j.workers for j in running)
-    room = capacity - (len(running) if realloc else fixed)
+    placed = admit(jobs, capacity=capacity, gpus=gpus, realloc=realloc,
+                   max_jobs_per_gpu=max_jobs_per_gpu)
     out = Plan(gpu_ids={j.name: j.gpu_ids for j in running})
-    new: list[PlanJob] = []
-    for job in waiting:
-        ids = _place(job, load, max_jobs_per_gpu) if len(new) < room else None
-        if ids is None:
-            out.queued.append(job.name)
-            continue
-        for g in ids:
-            load[g] += 1
-        out.gpu_ids[job.name] = ids
-        new.append(job)
+    out.queued = [j.name for j in waiting if j.name not in placed]
+    out.gpu_ids.update(placed)
+    new = [j for j in waiting if j.name in placed]
     active = running + new
     if not active:
         return out

@@ -40,7 +40,8 @@ def compare(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
             j.model_copy(update={"workers": workers[j.name]}) for j in trace.jobs)})
         config = replace(base, policy="requested", realloc=False, correct=False,
                          capacity=sum(workers.values()), arrival_window_s=0.0,
-                         completion_window_s=0.0, cpu_sharing=cpu_sharing)
+                         arrival_settle_s=0.0, completion_window_s=0.0,
+                         cpu_sharing=cpu_sharing)
         rows.append({"setting": f"no daemon: {setting}",
                      **simulate(fixed, profile, model, config).to_json()})
     for policy in policies:

@@ -54,10 +54,14 @@ def plot(path: str | Path | None, results: list[dict], title: str | None = None)
 # -- the simulated node -------------------------------------------------------------------
 def setup(profile: str = "paper", model: str | None = None, seed: int = 0,
           cores: int | None = None, window: float = 30.0, realloc_cost: float | None = None,
-          prediction_error: float = 0.0):
-    """(profile, model, SimConfig): a bundled profile name or a profile JSON, a fitted TPM
-    JSON or one fitted from the profile's samples, and the node's settings, each checked."""
+          prediction_error: float = 0.0, truth: str = "model"):
+    """(profile, model, SimConfig): a bundled profile name or a profile JSON (its sha256 in
+    ``extra``), a fitted TPM JSON or one fitted from noisy samples of the truth's steps
+    (``adloader.sim.truth``) and the profile's loading, and the node's settings, each checked."""
+    from dataclasses import replace
+
     from adloader.sim import synth
+    from adloader.sim import truth as truths
     from adloader.sim.device_profile import load_profile
     from adloader.sim.simulator import LIVE_RESIZE_S, SimConfig
 
@@ -68,11 +72,14 @@ def setup(profile: str = "paper", model: str | None = None, seed: int = 0,
         raise InputError("--cores must be at least 1")
     if not 0.0 <= prediction_error < 1.0:
         raise InputError(f"--prediction-error must be in [0, 1), got {prediction_error}")
+    truths.check_truth(truth)
     node = load_profile(profile)
-    tpm = load_model(model) if model else synth.fitted_model(node, seed)
+    node = replace(node, extra={**node.extra, "sha256": truths.profile_sha256(profile)})
+    tpm = load_model(model) if model else synth.fitted_model(
+        node, seed, truths.load_truth(truth, node))
     config = SimConfig(capacity=cores, arrival_window_s=window, completion_window_s=window,
                        realloc_cost_s=realloc_cost, prediction_error=prediction_error,
-                       error_seed=seed)
+                       error_seed=seed, truth=truth)
     return node, tpm, config
 
 
@@ -91,26 +98,46 @@ def load_model(path: str | Path):
     return ThroughputModel.from_json(data)
 
 
-def intro(out: Console, profile, config) -> None:
-    """The node a simulated benchmark runs on, in one line."""
+def intro(out: Console, profile, config, model=None, jobs=()) -> dict:
+    """The node a simulated benchmark runs on, in one line; then its truth: name, source,
+    the sha256 of its file and of the profile's, and the TPM's step-time error against it
+    over ``jobs`` ((model, global batch, GPUs) each). Returns the truth's facts."""
+    from adloader.sim import truth as truths
+
     out.print(f"profile {profile.name!r}: {profile.device or profile.description[:60]}; "
               f"{config.capacity or profile.loading_workers} loading workers, "
               f"reallocation cost {config.realloc_cost_s:g} s")
+    truth = truths.load_truth(config.truth, profile)
+    facts = {"truth": truth.name, "source": truth.source, "truth_sha256": truth.file_sha256,
+             "profile_sha256": str(profile.extra.get("sha256", ""))}
+    out.print(f"truth {truth.name!r}: {truth.source}; sha256 {facts['truth_sha256'] or '—'}; "
+              f"profile sha256 {facts['profile_sha256'] or '—'}")
+    if model is not None and jobs:
+        err = facts["tpm_error"] = truths.tpm_error(truth, model, jobs)
+        out.print(f"TPM step-time error against truth {truth.name!r} over {err['jobs']} jobs: "
+                  f"median {err['median']:.1%}, max {err['max']:.1%} ({err['worst_job']})")
+    return facts
+
+
+def trace_jobs(trace) -> list[tuple[str, int, int]]:
+    """(model, global batch, GPUs) of each job of a trace (``intro``'s ``jobs``)."""
+    return [(j.model, j.batch_size, j.gpus) for j in trace.jobs]
 
 
 # -- the benchmarks -----------------------------------------------------------------------
 def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
                      plot_path=None, window: float = 30.0, realloc_cost: float | None = None,
                      cores: int | None = None, model_path: str | None = None,
-                     prediction_error: float = 0.0) -> int:
+                     prediction_error: float = 0.0, truth: str = "model") -> int:
     """Fig. 3's static mix under every policy, with and without reallocation."""
-    from adloader.sim import experiments, no_daemon
+    from adloader.sim import experiments
     from adloader.sim.trace import load_trace
 
     profile, model, config = setup(profile_name, model_path, seed, cores, window, realloc_cost,
-                                   prediction_error)
+                                   prediction_error, truth)
     out = console()
-    intro(out, profile, config)
+    facts = intro(out, profile, config, model,
+                  trace_jobs(load_trace("paper-static", profile.gpus)))
     runs = experiments.static(load_trace("paper-static", profile.gpus), profile, model, config)
     rows = [[r["policy"], "yes" if r["realloc"] else "no", f"{r['aggregate_throughput']:.0f}",
              f"{r['ratio']:.3f}", f"{r['makespan_s']:.0f}", f"{r['mean_jct_s']:.0f}",
@@ -139,26 +166,34 @@ def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
     for r in runs:
         r["bounds"], r["schedule_lp"] = limits["bounds"], limits["schedule_lp"]
         r["frontier"] = limits["frontier"]
-    compared = no_daemon.compare(load_trace("paper-static", profile.gpus), profile, model,
-                                 config)
+    kept = against_no_daemon(out, load_trace("paper-static", profile.gpus), profile, model,
+                             config)
+    for r in runs:  # as the bounds: the same for every run
+        r["no_daemon"], r["truth"] = kept, facts
+    shown = [r for r in runs if r["paper_setting"] and r["policy"] in ("balance", "waa",
+                                                                        "optimal")]
+    save(json_path, runs)
+    plot(plot_path, shown, f"bench static, profile {profile.name}")
+    return 0
+
+
+def against_no_daemon(out: Console, trace, profile, model, config) -> list[dict]:
+    """``no_daemon.compare`` on ``trace``, printed: what a node does without adloader beside
+    ``balance`` and ``ftf`` under the daemon, on the same truth; the rows, less timelines."""
+    from adloader.sim import no_daemon
+
+    compared = no_daemon.compare(trace, profile, model, config)
     out.print(table(
-        f"against no daemon (truth: {profile.name} profile, CPU shared as the kernel shares it;"
-        " no daemon: no buffers, no capacity cap, fixed num_workers): ratios against the even "
-        "split, makespan from the first arrival",
+        f"against no daemon (truth: {config.truth}, profile {profile.name}, CPU shared as the "
+        "kernel shares it; no daemon: no buffers, no capacity cap, fixed num_workers): ratios "
+        "against the even split, makespan from the first arrival",
         ["setting", "workers", "makespan s", "makespan ×", "mean JCT ×", "worst job JCT ×",
          "Σ ×"],
         [[r["setting"], ",".join(str(j["workers_initial"]) for j in r["jobs"]),
           f"{r['makespan_s']:.0f}", f"{r['makespan_x_even']:.3f}",
           f"{r['mean_jct_x_even']:.3f}", f"{r['worst_jct_x_even']:.3f}",
           f"{r['sum_x_even']:.3f}"] for r in compared]))
-    kept = [{k: v for k, v in r.items() if k not in ("timeline", "events")} for r in compared]
-    for r in runs:  # as the bounds: the same for every run
-        r["no_daemon"] = kept
-    shown = [r for r in runs if r["paper_setting"] and r["policy"] in ("balance", "waa",
-                                                                        "optimal")]
-    save(json_path, runs)
-    plot(plot_path, shown, f"bench static, profile {profile.name}")
-    return 0
+    return [{k: v for k, v in r.items() if k not in ("timeline", "events")} for r in compared]
 
 
 def dynamic_benchmark(profile, model, config, json_path=None, plot_path=None) -> int:
@@ -168,9 +203,12 @@ def dynamic_benchmark(profile, model, config, json_path=None, plot_path=None) ->
     from adloader.sim.trace import load_trace
 
     out = console()
-    intro(out, profile, config)
+    facts = intro(out, profile, config, model,
+                  trace_jobs(load_trace("paper-dynamic", profile.gpus)))
     runs = experiments.dynamic(load_trace("paper-dynamic", profile.gpus), profile, model,
                                config)
+    for r in runs:
+        r["truth"] = facts
     rows = [[r["policy"], "yes" if r["realloc"] else "no", f"{r['makespan_s']:.0f}",
              f"{r['ratio']:.3f}", f"{r['aggregate_throughput']:.0f}",
              f"{r['throughput_ratio']:.3f}", f"{r['mean_jct_s']:.0f}", r["reallocations"],
@@ -199,6 +237,10 @@ def dynamic_benchmark(profile, model, config, json_path=None, plot_path=None) ->
                       f"{r['mean_jct_s']:.1f}", f"{r['job_jct_s']:.1f}",
                       "—" if r["corrected_after_s"] is None else
                       f"{r['corrected_after_s']:g} s"] for r in slow], left=2))
+    kept = against_no_daemon(out, load_trace("paper-dynamic", profile.gpus), profile, model,
+                             config)
+    for r in runs:  # the same for every run
+        r["no_daemon"] = kept
     save(json_path, runs)
     shown = [runs[0], next(r for r in runs if r["policy"] == DEFAULT_POLICY)]
     plot(plot_path, shown, f"bench dynamic, profile {profile.name}")
@@ -227,11 +269,14 @@ def mixes_benchmark(profile, model, config, mixes: int = 10, seed: int = 0,
     """Held-out random mixes from the generator: every policy against no reallocation and
     against balance on each mix; medians and min–max over mixes."""
     from adloader.sim import experiments
+    from adloader.sim.generator import GPU_CHOICES, PAPER_MIX, batch_for
 
     jobs = MIXES_JOBS if jobs is None else jobs
     out = console()
-    intro(out, profile, config)
+    facts = intro(out, profile, config, model,  # the mix's models, each on every GPU count
+                  [(m, batch_for(m), n) for m in PAPER_MIX for n in GPU_CHOICES])
     result = experiments.random_mixes(profile, model, config, mixes, seed, jobs, rate)
+    result["truth"] = facts
     seeds = result["seeds"]
     out.print(f"{len(seeds)} held-out mixes, generator seeds {seeds[0]}–{seeds[-1]} (tests use "
               f"0–11; nothing was tuned on generated traces): {jobs} jobs each, mix "

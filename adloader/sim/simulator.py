@@ -1,6 +1,7 @@
 """Discrete-event simulation of one node running a trace under an allocation policy.
 
-The scheduler side is the real one — arrival and completion buffers (A-Dloader §III-C5),
+The scheduler side is the real one — arrival and completion buffers (A-Dloader §III-C5;
+an arrival that could start now is decided after a settle, as the daemon decides it),
 a policy from ``adloader.scheduling.allocation.POLICIES`` fed by a fitted TPM — while time runs on a
 device profile's ground truth: between events every running job progresses at a fluid
 rate, limited by its loading rate λ = d/D·L(D) and by its GPUs, which jobs sharing them
@@ -21,13 +22,15 @@ from adloader.errors import InputError
 from adloader.models import features
 from adloader.scheduling import correction
 from adloader.scheduling.gpushare import iteration_rates
-from adloader.scheduling.planner import PlanJob, plan
+from adloader.scheduling.planner import PlanJob, admit, plan
 from adloader.scheduling.policies import get_policy
 from adloader.scheduling.throughput import ThroughputModel
+from adloader.sim.colocation import Colocation
 from adloader.sim.cpu_sharing import MODES as CPU_SHARING
 from adloader.sim.cpu_sharing import kernel_rates
 from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.trace import Trace, TraceJob
+from adloader.sim.truth import DEFAULT_TRUTH, load_truth
 
 EPS = 1e-9
 # A resized job's stall. adloader resizes live at a batch boundary (ElasticDataLoader:
@@ -54,6 +57,8 @@ class SimJob:
     scale: float = 1.0  # c_i, the online correction of its predicted B·F_μ
     planned_scale: float = 1.0  # c_i when it was last planned
     observe_at: float | None = None  # its next heartbeat sample (correction on)
+    # the truth's cost of sharing a GPU (adloader.sim.colocation); None: perfect time-slicing
+    colocation: Colocation | None = None
 
     @property
     def name(self) -> str:
@@ -65,7 +70,9 @@ class SimConfig:
     policy: str = "waa"
     realloc: bool = True
     capacity: int | None = None  # loading workers; the profile's when None
-    arrival_window_s: float = 30.0
+    arrival_window_s: float = 30.0  # an arrival that cannot start now waits this long
+    arrival_settle_s: float = 0.25  # one that could start is decided this soon (the daemon's)
+    hold_arrivals: bool = False  # every arrival waits the whole window (the paper's buffer)
     completion_window_s: float = 30.0
     realloc_cost_s: float = LIVE_RESIZE_S  # stall of a resized job; paper's mechanism: 16 s
     keep_threshold: float = 0.02  # a resize must change the job's predicted T by more
@@ -79,6 +86,9 @@ class SimConfig:
     # how the truth shares the CPU among loader workers (adloader.sim.cpu_sharing): static,
     # the model's own assumption; kernel, sleeping workers yield their CPU
     cpu_sharing: str = "static"
+    # the ground truth of steps and GPU sharing (adloader.sim.truth): model, eq. 6 and perfect
+    # time-slicing (the TPM's own forms, the ablation); published, published measurements
+    truth: str = DEFAULT_TRUTH
 
 
 @dataclass
@@ -135,10 +145,15 @@ class SimResult:
 
 
 def gpu_rates(jobs: list[SimJob], loading: Callable[[SimJob], float]) -> dict[str, float]:
-    """Iterations/s of each running job: its fair GPU share, capped by its loading."""
-    return iteration_rates({j.name: j.gpu_ids for j in jobs}, {j.name: j.step_s for j in jobs},
-                           {j.name: j.spec.batch_size for j in jobs},
-                           {j.name: loading(j) for j in jobs})
+    """Iterations/s of each running job: its fair GPU share, capped by its loading; jobs
+    sharing a GPU slowed as the truth's co-location says (``SimJob.colocation``)."""
+    steps = {j.name: j.step_s for j in jobs}
+    load = {j.name: loading(j) for j in jobs}
+    shared = next((j.colocation for j in jobs if j.colocation is not None), None)
+    if shared is not None:
+        steps, load = shared.apply(jobs, steps, load)
+    return iteration_rates({j.name: j.gpu_ids for j in jobs}, steps,
+                           {j.name: j.spec.batch_size for j in jobs}, load)
 
 
 class Simulator:
@@ -148,6 +163,7 @@ class Simulator:
                  config: SimConfig | None = None):
         self.profile, self.model = profile, model
         self.cfg = config or SimConfig()
+        self.truth = load_truth(self.cfg.truth, profile)
         if self.cfg.cpu_sharing not in CPU_SHARING:
             raise InputError(f"cpu_sharing must be one of {', '.join(CPU_SHARING)}, not "
                              f"{self.cfg.cpu_sharing!r}")
@@ -171,10 +187,10 @@ class Simulator:
                 raise InputError(f"job {spec.name!r}: field 'gpus': {spec.gpus} > the node's "
                                  f"{self.gpus}")
             feat = features(spec.model)
-            step = profile.step_time(spec.batch_size / spec.gpus, feat.flops_g, feat.params_m,
-                                     spec.gpus)
+            step = self.truth.step_time(spec.model, spec.batch_size / spec.gpus, spec.gpus)
             step *= dict(self.cfg.slow).get(spec.name, 1.0)
-            self.jobs.append(SimJob(spec, feat.flops_g, feat.params_m, step))
+            self.jobs.append(SimJob(spec, feat.flops_g, feat.params_m, step,
+                                    colocation=self.truth.colocation))
         unknown = set(dict(self.cfg.slow)) - {j.name for j in self.jobs}
         if unknown:
             raise InputError(f"slow: no job named {', '.join(sorted(unknown))} in the trace")
@@ -194,20 +210,13 @@ class Simulator:
     def _plan(self) -> None:
         """Close the buffers: admit what fits, ask the policy, resize and launch."""
         running = self._running()
-        waiting = sorted((j for j in self.jobs if j.state in ("buffered", "queued")),
-                         key=lambda j: (j.spec.arrival_s, self.jobs.index(j)))
+        waiting = self._waiting()
         if not waiting and not (self.cfg.realloc and running):
             return
         by_name = {j.name: j for j in running + waiting}
-        views = [
-            PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m,
-                    (j.spec.iterations - j.done) * j.spec.batch_size, j.state == "running",
-                    j.workers, j.gpu_ids if j.state == "running" else tuple(j.spec.gpu_ids or ()),
-                    j.spec.workers, j.scale)
-            for j in running + waiting
-        ]
-        decision = plan(views, capacity=self.capacity, gpus=self.gpus, model=self.model,
-                        table=self.table, policy=self.policy, realloc=self.cfg.realloc,
+        decision = plan(self._views(running + waiting), capacity=self.capacity, gpus=self.gpus,
+                        model=self.model, table=self.table, policy=self.policy,
+                        realloc=self.cfg.realloc,
                         max_jobs_per_gpu=self.profile.max_jobs_per_gpu,
                         keep_threshold=self.cfg.keep_threshold, now=self.t,
                         window=self.completion_window)
@@ -232,6 +241,29 @@ class Simulator:
         self.events.append({"t_s": round(self.t, 3), "kind": "plan",
                             "resized": decision.resized, "launched": decision.launched})
         self._record()
+
+    def _waiting(self) -> list[SimJob]:
+        return sorted((j for j in self.jobs if j.state in ("buffered", "queued")),
+                      key=lambda j: (j.spec.arrival_s, self.jobs.index(j)))
+
+    @staticmethod
+    def _views(jobs: list[SimJob]) -> list[PlanJob]:
+        return [PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m,
+                        (j.spec.iterations - j.done) * j.spec.batch_size, j.state == "running",
+                        j.workers,
+                        j.gpu_ids if j.state == "running" else tuple(j.spec.gpu_ids or ()),
+                        j.spec.workers, j.scale) for j in jobs]
+
+    def _arrival_wait(self, job: SimJob) -> float:
+        """The daemon's rule (``Scheduler._arrival_wait``): the settle when the planner would
+        admit ``job`` now, else (and always with ``hold_arrivals``) the arrival window."""
+        if self.cfg.hold_arrivals:
+            return self.cfg.arrival_window_s
+        placed = admit(self._views(self._running() + self._waiting()), capacity=self.capacity,
+                       gpus=self.gpus, realloc=self.cfg.realloc,
+                       max_jobs_per_gpu=self.profile.max_jobs_per_gpu)
+        return min(self.cfg.arrival_settle_s, self.cfg.arrival_window_s) \
+            if job.name in placed else self.cfg.arrival_window_s
 
     def _record(self) -> None:
         workers = {j.name: j.workers for j in self._running()}
@@ -276,10 +308,6 @@ class Simulator:
                 raise InputError(f"simulation cannot make progress: jobs {stuck} never run")
             self._advance(nxt - self.t, rates)
             self.t = nxt
-            while i < len(pending) and arrivals[i] <= self.t + EPS:
-                pending[i].state = "buffered"
-                i += 1
-                self._open_window(self.cfg.arrival_window_s)
             for j in self._running():
                 if j.spec.iterations - j.done <= 1e-6 * j.spec.iterations:
                     j.state, j.end_s, j.done = "done", self.t, j.spec.iterations
@@ -287,6 +315,10 @@ class Simulator:
                                         "job": j.name})
                     self._open_window(self.completion_window)
                     self._record()
+            while i < len(pending) and arrivals[i] <= self.t + EPS:  # after the ends: their
+                pending[i].state = "buffered"  # GPUs are free, as in the daemon
+                self._open_window(self._arrival_wait(pending[i]))
+                i += 1
             self._observe()
             if self.flush_at is not None and self.flush_at <= self.t + EPS:
                 self.flush_at = None

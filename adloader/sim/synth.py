@@ -17,9 +17,11 @@ GPUS = (1, 2, 4)
 
 
 def training_samples(
-    profile: DeviceProfile, seed: int = 0, models=PAPER_MODELS, batches=BATCHES, gpus=GPUS
+    profile: DeviceProfile, seed: int = 0, models=PAPER_MODELS, batches=BATCHES, gpus=GPUS,
+    truth=None,
 ) -> list[TrainingSample]:
-    """One timed step per (model, per-GPU batch, GPUs), step × (1 + noise)."""
+    """One timed step per (model, per-GPU batch, GPUs), step × (1 + noise); the steps of
+    ``truth`` (``adloader.sim.truth``) when given, else the profile's eq. 6."""
     rng = np.random.default_rng(seed)
     out = []
     for name in models:
@@ -28,7 +30,8 @@ def training_samples(
             for n in gpus:
                 if n > profile.gpus:
                     continue
-                step = profile.step_time(b, feat.flops_g, feat.params_m, n)
+                step = truth.step_time(name, b, n) if truth is not None else \
+                    profile.step_time(b, feat.flops_g, feat.params_m, n)
                 step *= max(0.5, 1.0 + rng.normal(0.0, profile.step_noise))
                 out.append(TrainingSample(b, n, feat.flops_g, feat.params_m, step, name))
     return out
@@ -49,13 +52,14 @@ def loading_samples(
     return out
 
 
-def samples(profile: DeviceProfile, seed: int = 0) -> tuple[list, list]:
-    return training_samples(profile, seed), loading_samples(profile, seed)
+def samples(profile: DeviceProfile, seed: int = 0, truth=None) -> tuple[list, list]:
+    return training_samples(profile, seed, truth=truth), loading_samples(profile, seed)
 
 
-def fitted_model(profile: DeviceProfile, seed: int = 0):
-    """The TPM a node with this profile would fit from its own noisy samples."""
+def fitted_model(profile: DeviceProfile, seed: int = 0, truth=None):
+    """The TPM a node with this profile would fit from its own noisy samples (of ``truth``'s
+    steps when given: ``adloader.sim.truth``)."""
     from adloader.scheduling.throughput import ThroughputModel
 
-    training, loading = samples(profile, seed)
+    training, loading = samples(profile, seed, truth)
     return ThroughputModel.fit(training, loading, seed)

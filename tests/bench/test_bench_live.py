@@ -52,10 +52,14 @@ def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch
 
 
 def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path):
-    out = tmp_path / "live.json"
+    """The live bench end to end (emulated GPU steps), and the GPU run kit's plumbing: the
+    same command with ``--report DIR`` writes the self-contained report a CUDA node's run
+    writes (its tables from this run, the timelines, the machine)."""
+    out, kit = tmp_path / "live.json", tmp_path / "kit"
     proc = subprocess.run(
         [sys.executable, "-m", "adloader", "bench", "live", "--quick", "--workers", "2",
-         "--json", str(out)], capture_output=True, text=True, timeout=900)
+         "--json", str(out), "--report", str(kit)], capture_output=True, text=True,
+        timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     rows = {r["policy"]: r for r in result["summary"]}
@@ -78,6 +82,8 @@ def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path
             assert run["overhead_cpu_per_training_s"] > 0 and run["cpu_s"]["daemon"] > 0
     tuned = next(r for r in result["runs"] if r["policy"] == "no daemon: autotune")
     assert all(j["workers"] and j["workers"][0] == [0, 1] for j in tuned["jobs"])
+    assert all(j["workers_at"][0][1] == 1 for j in tuned["jobs"])  # when it changed, too
+    _check_the_report(kit, result)
     assert "over every schedule" in proc.stdout and "best schedule" in proc.stdout
     assert "one measure for every row" in proc.stdout
 
@@ -151,3 +157,34 @@ def test_rounds_are_paired_with_the_even_split_of_the_same_round():
     assert ftf["met"] == ["makespan_vs_best_fixed", "makespan_vs_requested",
                           "jct_vs_best_fixed"]
     assert rows[req]["met"] == [] and rows[req]["makespan_paired"] == pytest.approx(1.2)
+
+
+def _check_the_report(kit, result):
+    from PIL import Image
+
+    report = (kit / "report.md").read_text()
+    machine = json.loads((kit / "machine.json").read_text())
+    assert machine["logical_cores"] >= 1 and machine["gpus"] == [] and machine["torch"]
+    assert json.loads((kit / "live.json").read_text())["summary"] == result["summary"]
+    for row in result["summary"]:  # every setting's row, with its paired makespan ratio
+        assert f"| {row['policy']} | {row['makespan_s']:.1f} | {row['makespan_paired']:.3f} |" \
+            in report
+    assert "GPU steps emulated" in report and "![" in report and "timeline.png" in report
+    with Image.open(kit / "timeline.png") as png:
+        width, height = png.size
+    assert width > 400 and height > 200 * len(result["summary"])  # a panel a setting
+
+
+def test_a_no_daemon_run_gets_its_timeline_from_the_jobs_own_reports():
+    """Fixed counts from each job's start to its end; a tuner's changes where it made them."""
+    from adloader.bench.live_report import with_timeline
+
+    run = {"policy": "no daemon: autotune", "makespan_s": 9.0, "aggregate_throughput": 1.0,
+           "jobs": [{"name": "a", "start": 102.0, "start_s": 2.0, "end_s": 9.0,
+                     "workers_initial": None, "workers_at": [[102.0, 1], [105.0, 2]]},
+                    {"name": "b", "start": 101.5, "start_s": 1.5, "end_s": 6.0,
+                     "workers_initial": 3, "workers_at": None}]}
+    timeline = with_timeline(run, capacity=4)["timeline"]
+    at = {e["t_s"]: e["workers"] for e in timeline}
+    assert at[1.5] == {"b": 3} and at[2.0] == {"a": 1, "b": 3} and at[5.0] == {"a": 2, "b": 3}
+    assert at[6.0] == {"a": 2} and at[9.0] == {}

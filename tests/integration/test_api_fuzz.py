@@ -12,8 +12,10 @@ from schemathesis.checks import not_a_server_error
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory):
-    # an arrival window of an hour: submitted jobs are stored and buffered, never launched
-    d = Daemon(tmp_path_factory.mktemp("fuzz") / "state", window=3600.0).start()
+    # an arrival window of an hour held for every arrival: submitted jobs are stored and
+    # buffered, never launched
+    d = Daemon(tmp_path_factory.mktemp("fuzz") / "state", window=3600.0,
+               extra=("--hold-arrivals",)).start()
     yield d
     assert d.metric("adloader_loop_errors_total") == 0
     d.stop()

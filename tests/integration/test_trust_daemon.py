@@ -149,7 +149,8 @@ def test_a_full_state_dir_never_launches_a_job_twice(tmp_path):
     state.mkdir(mode=0o700)
     wrap = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
             f"mount -t tmpfs -o size=3m,mode=0700 tmpfs {state} && exec \"$@\"", "sh")
-    d = Daemon(state, window=1.5, wrap=wrap).start()
+    # every arrival held for the window: the state dir fills before any launch is planned
+    d = Daemon(state, window=1.5, wrap=wrap, extra=("--hold-arrivals",)).start()
     try:
         filler = d.path("filler")
         jobs = [d.submit(f"j{i}", iterations=10) for i in range(2)]

@@ -10,7 +10,7 @@ from adloader import cli
 from adloader.cli import bench
 
 SIM = {"--profile", "--model", "--seed", "--cores", "--window", "--prediction-error",
-       "--realloc-cost"}
+       "--realloc-cost", "--truth"}
 OUT = {"--json", "--plot"}
 FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing else
     "static": SIM | OUT,
@@ -19,7 +19,7 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "allocation": {"--jobs", "--capacity", "--json"},
     "mixes": SIM | {"--jobs", "--mixes", "--rate", "--json"},
     "live": {"--quick", "--rounds", "--iterations-scale", "--crop", "--workers", "--policies",
-             "--baselines"}
+             "--baselines", "--report"}
     | OUT,
     "api": {"--quick", "--masters", "--json"},
     "resize": {"--quick", "--json"},
@@ -42,7 +42,7 @@ VALUES = {"--profile": "paper", "--model": "tpm.json", "--seed": "3", "--cores":
           "--mixes": "2", "--rate": "0.05", "--rounds": "3", "--iterations-scale": "0.1",
           "--crop": "112", "--workers": "2", "--policies": "balance,optimal",
           "--masters": "30", "--ranks-per-node": "2", "--max-imbalance": "1.2",
-          "--baselines": "even,autotune"}
+          "--baselines": "even,autotune", "--truth": "published", "--report": "kit"}
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -113,6 +113,18 @@ def test_defaults_are_each_bench_s_own():
     static = _parse("static")
     assert (static.profile, static.window, static.realloc_cost, static.prediction_error) == \
         ("paper", 30.0, 0.1, 0.0)
+
+
+@pytest.mark.parametrize("name", ["static", "dynamic", "mixes"])
+def test_a_simulated_bench_takes_a_truth_and_refuses_an_unknown_one_naming_the_choices(
+        name, capsys):
+    assert _parse(name).truth == "model"  # today's truth stays the default
+    assert _parse(name, "--truth", "published").truth == "published"
+    with pytest.raises(SystemExit) as exc:
+        _parse(name, "--truth", "measured")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--truth" in err and "'measured'" in err and "'model'" in err and "'published'" in err
 
 
 def test_bench_help_lists_every_bench_with_its_line(capsys, monkeypatch):

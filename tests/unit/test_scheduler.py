@@ -170,7 +170,8 @@ def snapshot(s: Scheduler):
 
 # -- the arrival buffer, plans and resizes ------------------------------------------------
 
-def test_submitted_jobs_wait_for_the_window_and_are_planned_together(sched, clock):
+def test_held_arrivals_wait_for_the_window_and_are_planned_together(sched, clock):
+    sched.hold_arrivals = True  # the paper's buffer (the settle: test_arrival_settle.py)
     t0 = clock.now
     submit(sched, "j-000001")
     assert sched.tick() == Actions()  # the window is open: nothing happens
@@ -197,7 +198,8 @@ def test_submitted_jobs_wait_for_the_window_and_are_planned_together(sched, cloc
     assert sched.tick() == Actions()  # the buffer is empty again
 
 
-def test_a_job_arriving_after_the_window_waits_for_its_own(sched, clock):
+def test_a_held_job_arriving_after_the_window_waits_for_its_own(sched, clock):
+    sched.hold_arrivals = True
     t0 = clock.now
     submit(sched, "j-000001")
     clock.now = t0 + ARRIVAL_S
