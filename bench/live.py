@@ -1,7 +1,10 @@
 """`adloader bench live`: the paper's static mix as real jobs on this machine, per policy.
 
 One run: measure this machine's loading curve L(D) with a real DataLoader over the same
-JPEGs the jobs read; build the node's prior profile from it (loading: measured; steps: the
+JPEGs the jobs read, and its contention surface (``workloads.contention``: the mix's fixed
+settings and a few equal and unequal splits, k pipelines side by side, each in a process of its
+own; the ``measured`` truth the simulated baselines are also run on); build the node's prior
+profile from it (loading: measured; steps: the
 paper's GPUs, scaled, since the jobs emulate them); then, round after round, each policy under
 a real daemon (the mix replayed through REST) and each no-daemon baseline (``bench.nodaemon``:
 the same jobs on torch's own DataLoader), in an order that alternates. Every row is measured
@@ -34,6 +37,7 @@ from adloader.bench import nodaemon
 from adloader.daemon.process import DaemonProcess
 from adloader.sim.device_profile import load_profile, save_profile
 from adloader.sim.trace import Trace, fit_to_gpus, load_trace
+from adloader.workloads.contention import default_grid, measure_contention
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 from adloader.workloads.measure import (
     fit_alpha,
@@ -59,6 +63,8 @@ class LiveConfig:
     window_s: float = 2.0
     heartbeat_s: float = 0.5
     timeout_s: float = 900.0
+    surface_rounds: int = 2  # the contention surface measured this often (0: not at all)
+    surface_window_s: float = 1.5  # seconds each of its points is timed
 
 
 def live_capacity(cfg: LiveConfig, cuda: bool) -> int:
@@ -69,21 +75,43 @@ def live_crop(cfg: LiveConfig, cuda: bool) -> int:
     return cfg.crop or (224 if cuda else 112)
 
 
+def surface_grid(cfg: LiveConfig, trace: Trace, capacity: int) -> list[tuple[int, ...]]:
+    """The points of the contention surface the bench measures: each fixed no-daemon setting
+    it runs (the jobs' workers side by side), then equal and unequal splits of the capacity
+    over 2..n pipelines (n the mix's jobs); each once."""
+    points, seen = [], set()
+    for setting in ("requested", "even", "cores"):
+        if setting in cfg.baselines:
+            workers = nodaemon.baseline_workers(trace, setting, capacity, logical_cores())
+            points.append(tuple(workers[j.name] for j in trace.jobs))
+    points += default_grid(capacity, len(trace.jobs), min_jobs=2)
+    out = []
+    for p in points:
+        if tuple(sorted(p)) not in seen:
+            seen.add(tuple(sorted(p)))
+            out.append(p)
+    return out
+
+
 def measured_profile(cfg: LiveConfig, data: Path, out: Path, trace: Trace, cuda: bool,
-                     progress=None) -> Path:
+                     progress=None, per_gpu: int | None = None) -> Path:
     """The node's prior: L(D) measured here for D = 1..C; steps measured on the GPU, or
-    the paper's × step_scale when the jobs emulate them."""
+    the paper's × step_scale when the jobs emulate them; ``per_gpu`` jobs a GPU, as the
+    daemon is told (the mix fitted onto fewer GPUs puts three on one)."""
     capacity = live_capacity(cfg, cuda)
     ensure_images(data, cfg.images)
     dataset = SyntheticJPEGDataset(data, size=100_000, images=cfg.images,
                                    crop=live_crop(cfg, cuda))
     samples = measure_loading(dataset, list(range(1, capacity + 1)), batch_size=32, batches=12,
                               rounds=3, progress=progress)
+    surface = measure_contention(dataset, surface_grid(cfg, trace, capacity), batch_size=32,
+                                 window_s=cfg.surface_window_s, rounds=cfg.surface_rounds,
+                                 progress=progress) if cfg.surface_rounds > 0 else []
     paper = load_profile("paper")
     if cuda:
         models = sorted({job.model for job in trace.jobs})
-        per_gpu = sorted({max(1, job.batch_size // job.gpus) for job in trace.jobs})
-        batches = sorted({b for p in per_gpu for b in (max(1, p // 2), p, 2 * p)})
+        per_gpu_batch = sorted({max(1, job.batch_size // job.gpus) for job in trace.jobs})
+        batches = sorted({b for p in per_gpu_batch for b in (max(1, p // 2), p, 2 * p)})
         steps = measure_training(models, batches, device="cuda", progress=progress)
         alpha = fit_alpha(steps)
         device = f"this machine: loading and {torch.cuda.get_device_name(0)} steps, measured"
@@ -93,8 +121,9 @@ def measured_profile(cfg: LiveConfig, data: Path, out: Path, trace: Trace, cuda:
     profile = dataclasses.replace(
         paper, name="live", cores=logical_cores(), loading_workers=capacity, alpha=alpha,
         gpus=trace.gpus, node_loading=node_loading_table(samples), device=device,
-        description="bench live: L(D) measured here; steps measured on the GPU, or the "
-                    "paper profile's scaled when emulated")
+        max_jobs_per_gpu=per_gpu or paper.max_jobs_per_gpu, loading_surface=tuple(surface),
+        description="bench live: L(D) and the contention surface measured here; steps "
+                    "measured on the GPU, or the paper profile's scaled when emulated")
     path = out / "live-profile.json"
     save_profile(profile, path)
     return path
@@ -110,7 +139,7 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
     trace, per_gpu = load_trace(cfg.trace), 2
     if cuda:
         trace, per_gpu = fit_to_gpus(trace, torch.cuda.device_count())
-    profile = measured_profile(cfg, data, root, trace, cuda, progress)
+    profile = measured_profile(cfg, data, root, trace, cuda, progress, per_gpu)
     runs = []
     env_before = os.environ.get(names.STEP_PROFILE)
     settings = [(True, p) for p in cfg.policies] + [(False, b) for b in cfg.baselines]
@@ -119,6 +148,13 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
     try:
         os.environ[names.STEP_PROFILE] = "paper"  # what the jobs emulate
         os.environ[names.GPU_LOCK_DIR] = str(root)
+        if cfg.policies:  # one untimed run first: the first daemon, supervisor and master
+            # of a sitting start from a cold page cache (2.5 s later here), a cost no later
+            # run pays, which would fall on whichever setting comes first
+            _daemon_run(cfg, cfg.policies[0], -1, root, profile, trace, capacity, per_gpu,
+                        {**size, "iterations_scale": WARM_UP_SCALE})
+            if progress:
+                progress("warm-up: one short untimed run under the daemon")
         for round_ in range(cfg.rounds):  # alternate the order: drift favours no setting
             order = settings if round_ % 2 == 0 else list(reversed(settings))
             for under_daemon, name in order:
@@ -213,14 +249,18 @@ def predicted_limits(cfg: LiveConfig, profile_path: Path, trace: Trace, capacity
 def simulated_baselines(cfg: LiveConfig, profile_path: Path, trace: Trace, capacity: int,
                         per_gpu: int, runs: list[dict]) -> list[dict]:
     """Each fixed no-daemon setting that ran, simulated on this node's measured profile
-    under each CPU-sharing truth (``adloader.sim.cpu_sharing``), every job's rate held
+    under each CPU-sharing truth (``adloader.sim.cpu_sharing``) and each loading truth — L(D)
+    of one pipeline alone shared d/D (truth ``model``), and the contention surface measured
+    side by side (truth ``measured``, when the profile has one) — every job's rate held
     against its median live rate: is the simulator's baseline as strong as the real one?"""
     from adloader.sim import synth
     from adloader.sim.cpu_sharing import MODES
     from adloader.sim.simulator import SimConfig, simulate
+    from adloader.sim.truth import load_truth
 
     profile = load_profile(str(profile_path))
-    model = synth.fitted_model(profile, 0)
+    truths = ("model", "measured") if profile.loading_surface else ("model",)
+    models = {t: synth.fitted_model(profile, 0, load_truth(t, profile)) for t in truths}
     rows = []
     for setting in ("requested", "even", "cores"):
         live = [r for r in runs if r["policy"] == f"no daemon: {setting}"]
@@ -234,18 +274,22 @@ def simulated_baselines(cfg: LiveConfig, profile_path: Path, trace: Trace, capac
         measured = {j.name: statistics.median(next(x["throughput"] for x in r["jobs"]
                                                    if x["name"] == j.name) for r in live)
                     for j in trace.jobs}
-        for sharing in MODES:
-            config = SimConfig(policy="requested", realloc=False,
-                               capacity=sum(workers.values()), arrival_window_s=0.0,
-                               completion_window_s=0.0, correct=False, cpu_sharing=sharing)
-            out = simulate(scaled, profile, model, config).to_json()
-            rate = {j["name"]: j["throughput"] for j in out["jobs"]}
-            rows.append({"setting": setting, "cpu_sharing": sharing, "simulated": rate,
-                         "live": measured,
-                         "error": {n: rate[n] / measured[n] - 1 for n in measured}})
+        for truth in truths:
+            for sharing in MODES:
+                config = SimConfig(policy="requested", realloc=False,
+                                   capacity=sum(workers.values()), arrival_window_s=0.0,
+                                   completion_window_s=0.0, correct=False, cpu_sharing=sharing,
+                                   truth=truth)
+                out = simulate(scaled, profile, models[truth], config).to_json()
+                rate = {j["name"]: j["throughput"] for j in out["jobs"]}
+                rows.append({"setting": setting, "cpu_sharing": sharing, "truth": truth,
+                             "loading": LOADING[truth], "simulated": rate, "live": measured,
+                             "error": {n: rate[n] / measured[n] - 1 for n in measured}})
     return rows
 
 
+LOADING = {"model": "d/D·L(D)", "measured": "surface"}  # each truth's loading, in a table
+WARM_UP_SCALE = 0.01  # the untimed warm-up run: a few iterations a job
 SHARES = "+shares"  # a policy run with each job's CPU share in a cgroup of its own
 REFERENCE = "no daemon: even"  # the even split a user sets by hand, on torch's own loader
 FIXED = tuple(f"no daemon: {s}" for s in ("requested", "even", "cores"))

@@ -64,10 +64,13 @@ def job_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def model_rows(sims: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """The fixed settings simulated on the measured profile, each job against its live rate."""
+    """The fixed settings simulated on the measured profile, each job against its live rate;
+    the loading truth of each row (d/D·L(D) of one pipeline alone, or the contention surface
+    measured side by side; a result from before the surface reads as the former)."""
     jobs = list(sims[0]["live"])
-    return ["setting", "CPU sharing", *jobs, "worst |error|"], [
-        [s["setting"], s["cpu_sharing"], *(f"{s['error'][n]:+.1%}" for n in jobs),
+    return ["setting", "loading", "CPU sharing", *jobs, "worst |error|"], [
+        [s["setting"], s.get("loading", "d/D·L(D)"), s["cpu_sharing"],
+         *(f"{s['error'][n]:+.1%}" for n in jobs),
          f"{max(abs(v) for v in s['error'].values()):.1%}"] for s in sims]
 
 
@@ -117,13 +120,17 @@ def _nvidia_driver() -> str | None:
 
 
 def _commit() -> str | None:
-    here = Path(__file__).resolve().parent
+    """The commit the code came from, marked when the tree differs from it."""
+    here = str(Path(__file__).resolve().parent)
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None
+    return f"{head} + uncommitted changes" if head and dirty else head or None
 
 
 def with_timeline(run: dict, capacity: int) -> dict:
@@ -233,7 +240,9 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
         lines += ["", "## The model against this machine", "",
                   "Each fixed no-daemon setting simulated on the profile measured here at the "
                   "run's start (a prediction, not a measurement), each job's rate against its "
-                  "live median (simulated / live − 1):", ""]
+                  "live median (simulated / live − 1); loading d/D·L(D): one pipeline alone "
+                  "measured, shared by workers; surface: the pipelines measured side by side "
+                  "(truth `measured`):", ""]
         lines += _md_table(*model_rows(sims))
     if result.get("limits"):
         lines += ["", "## What the model says no schedule can beat (predicted)", ""]

@@ -16,9 +16,9 @@ daemon, to tell the loader's cost from the daemon's. Every row, with or without 
 measured the same way (``RunWatch``): JCT from the moment the run was started to the job's
 last batch, makespan to the last job's, each job's rate as its own training loop measured
 it, the peak over the run of Σ PSS of every process of the run (jobs, their loader workers,
-the daemon and supervisors), and the CPU-seconds of the daemon, the supervisors and the
-masters (inside the jobs: their channel thread, libzmq's threads, the batch hook) per
-training-second.
+the daemon, its refit worker and supervisors), and the CPU-seconds of the daemon (its refit
+worker, which fits the TPM online, counted apart as ``refit``), the supervisors and the masters
+(inside the jobs: their channel thread, libzmq's threads, the batch hook) per training-second.
 """
 
 from __future__ import annotations
@@ -58,8 +58,11 @@ def placement(trace: Trace, setting: str, per_gpu: int) -> dict[str, tuple[int, 
 
 
 class RunWatch:
-    """Samples every process whose command line names ``marker`` (the run's own folder):
-    the peak of Σ PSS, and each process's CPU seconds by role (daemon, supervisor, job)."""
+    """Samples every process whose command line names ``marker`` (the run's own folder), and
+    every child of the daemon that does not (a one-shot fit, a FLOPs count): the peak of Σ
+    PSS, and each process's CPU seconds by role (daemon, refit, supervisor, job). A process
+    is read every ``every_s``: what one that lived shorter used since its last reading is
+    missed."""
 
     def __init__(self, marker: str, every_s: float = 0.5):
         self.marker, self.every_s = marker, every_s
@@ -83,6 +86,8 @@ class RunWatch:
         text = " ".join(cmdline)
         if "adloader.daemon.supervise" in text:
             return "supervisor"
+        if "adloader.daemon.refit" in text:  # the daemon's refit worker (``--for STATE``)
+            return "refit"
         if "adloader.workloads.train" in text:
             return "job"
         return "daemon"
@@ -93,9 +98,14 @@ class RunWatch:
 
     def _sample(self) -> None:
         total = 0
-        for proc in psutil.process_iter(["pid", "cmdline"]):
-            cmd = proc.info["cmdline"] or []
-            if not any(self.marker in part for part in cmd):
+        # (process, its command line, its parent), read at once: ``info`` is psutil's own
+        procs = [(p, p.info["cmdline"] or [], p.info["ppid"])
+                 for p in psutil.process_iter(["ppid", "cmdline"])]
+        marked = {p.pid for p, cmd, _ in procs if any(self.marker in part for part in cmd)}
+        daemons = {p.pid for p, cmd, _ in procs if p.pid in marked
+                   and self.role(cmd) == "daemon"}
+        for proc, cmd, parent in procs:
+            if proc.pid not in marked and parent not in daemons:
                 continue
             try:
                 with proc.oneshot():
@@ -142,8 +152,10 @@ def summarise(jobs: list[dict], t0: float, watch: RunWatch) -> dict:
             "memory_mb": round(watch.peak_pss / 2**20, 1),
             "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
             "overhead_cpu_per_training_s": round(
-                (cpu.get("daemon", 0.0) + cpu.get("supervisor", 0.0) + cpu["master"])
-                / max(training_s, 1e-9), 5)}
+                sum(cpu.get(role, 0.0) for role in OVERHEAD) / max(training_s, 1e-9), 5)}
+
+
+OVERHEAD = ("daemon", "refit", "supervisor", "master")  # the roles that are adloader's cost
 
 
 def run_baseline(trace: Trace, setting: str, *, capacity: int, cores: int, per_gpu: int,

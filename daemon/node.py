@@ -35,6 +35,7 @@ from .metrics import MetricsCache
 from .model_features import FeatureCounter
 from .node_cache import NodeCacheHost
 from .online_model import OnlineModel, prior_model
+from .refit import RefitWorker
 from .scheduler import ACTIVE, TERMINAL, Actions, LiveJob, Scheduler
 from .service_impl import NodeServiceMixin
 from .store import FINAL_STATES, Store
@@ -84,7 +85,7 @@ class Node(NodeServiceMixin):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.online = OnlineModel(prior, self.store, self.scheduler, self.lock,
-                                  self._record_event)
+                                  self._record_event, RefitWorker(str(state)))
         self.shares = JobShares(config.cpu_shares, self._record_event) \
             if config.cpu_shares else None
         self.node_cache = (NodeCacheHost(config.node_cache_mb << 20, self._record_event,
@@ -145,6 +146,7 @@ class Node(NodeServiceMixin):
         broker = getattr(self, "broker", None)
         if broker:
             broker.close()
+        self.online.close()
         with self.lock:
             self._resync()
             self.store.close()

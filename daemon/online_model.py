@@ -3,9 +3,10 @@
 Heartbeats become samples — one per job and kind every ``SAMPLE_INTERVAL_S``, checked
 (``store.valid_sample``) and written in one transaction per turn of the control loop.
 After ``REFIT_EVERY`` new samples (and at most every ``REFIT_INTERVAL_S``) the model is
-refitted in a child process (``daemon.refit``) from each job's newest ``FIT_PER_JOB``
-samples, the newest ``FIT_WINDOW`` of each kind, so no one job outweighs the node and the
-store stays bounded. Its loading table is made before the node's lock is taken.
+refitted in a child process (``daemon.refit``: one long-lived worker, so scikit-learn is not
+imported again at every refit) from each job's newest ``FIT_PER_JOB`` samples, the newest
+``FIT_WINDOW`` of each kind, so no one job outweighs the node and the store stays bounded.
+Its loading table is made before the node's lock is taken.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from adloader.errors import InputError, StorageError
 from adloader.host.atomic import write_json
 from adloader.scheduling.throughput import ThroughputModel
 
-from .refit import MIN_REAL, fit_in_child
+from .refit import MIN_REAL, RefitWorker, fit_in_child
 from .store import Store, valid_sample
 
 log = logging.getLogger("adloader.daemon")
@@ -59,8 +60,10 @@ def prior_model(profile_name: str, cache: Path | None = None) -> ThroughputModel
 
 class OnlineModel:
     def __init__(self, prior: ThroughputModel, store: Store, scheduler, lock,
-                 record_event: Callable[[str | None, str, dict], None]):
+                 record_event: Callable[[str | None, str, dict], None],
+                 fitter: RefitWorker | None = None):
         self.prior, self.store, self.scheduler, self.lock = prior, store, scheduler, lock
+        self.fitter = fitter  # None: a fresh child for each fit
         self._record_event = record_event
         self.source = "prior"
         self.pending: list[tuple] = []
@@ -85,6 +88,10 @@ class OnlineModel:
         batch, self.pending = self.pending, []
         self.store.add_job_samples(batch)
         self._new_samples += len(batch)
+
+    def close(self) -> None:
+        if self.fitter is not None:
+            self.fitter.close()
 
     def maybe_refit(self) -> None:
         if (self._new_samples >= REFIT_EVERY and not self._refitting
@@ -112,11 +119,13 @@ class OnlineModel:
             if not quiet and len(training) < MIN_REAL and len(loading) < MIN_REAL:
                 raise InputError(f"too few samples to refit: {len(training)} training, "
                                  f"{len(loading)} loading (need {MIN_REAL} of one kind)")
-            fitted = fit_in_child({  # sklearn's work and memory stay in the child
-                "prior": self.prior.to_json(),
-                "training": [[s.batch_size, s.gpus, s.flops_g, s.params_m, s.step_s]
-                             for s in training],
-                "loading": [[s.job_workers, s.node_workers, s.loading_rate] for s in loading]})
+            request = {"prior": self.prior.to_json(),
+                       "training": [[s.batch_size, s.gpus, s.flops_g, s.params_m, s.step_s]
+                                    for s in training],
+                       "loading": [[s.job_workers, s.node_workers, s.loading_rate]
+                                   for s in loading]}
+            # sklearn's work and memory stay in the child
+            fitted = self.fitter.fit(request) if self.fitter else fit_in_child(request)
             model = ThroughputModel.from_json(fitted)
             table = model.loading_table(self.scheduler.capacity)  # slow: outside the lock
             with self.lock:

@@ -12,19 +12,33 @@ the loading stages also need ``MIN_SPREAD`` distinct node totals).
 A request is ``{"prior": "paper" | model JSON, "training": [[b, n, f, M, step_s], ...],
 "loading": [[d, D, rate], ...], "seed": 0}``; ``"prior"`` alone fits the prior from the
 named device profile.
+
+The online refits go to one long-lived child instead (``RefitWorker``,
+``python -m adloader.daemon.refit --serve --for STATE_DIR``: a request a line in, an answer a
+line out). Importing scikit-learn is ~90 % of a one-shot fit's CPU (2.3 of 2.6 CPU-seconds
+on the 2-core dev machine, where the fit itself is 0.3), and a busy node refits every
+``REFIT_INTERVAL_S``; the worker, started at the first refit, imports it once, and again only
+after it was left idle for ``IDLE_EXIT_S`` and exited to give its memory back. Same function,
+same requests, same models. ``--for`` names the state dir only so that process listings (and
+``bench live``'s accounting) tie the worker to its daemon.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import select
 import subprocess
 import sys
+import threading
+import time
 
 from adloader.errors import InputError, StorageError
 
 MIN_REAL = 6  # real samples of a kind before they replace the prior
 MIN_SPREAD = 4  # distinct node totals before the loading stages are refitted
 TIMEOUT_S = 300.0
+IDLE_EXIT_S = 600.0  # a worker with no request for this long exits (its memory goes back)
 
 
 def fit(request: dict) -> dict:
@@ -67,7 +81,125 @@ def fit_in_child(request: dict, timeout_s: float = TIMEOUT_S) -> dict:
     return json.loads(done.stdout)
 
 
-def main() -> int:
+class RefitWorker:
+    """``fit`` in one long-lived child (started by ``start``, restarted when it is gone): the
+    daemon's online refits without a fresh interpreter and scikit-learn import each time.
+    Errors as ``fit_in_child`` raises them; one request at a time."""
+
+    def __init__(self, label: str = "", idle_exit_s: float = IDLE_EXIT_S):
+        self.label, self.idle_exit_s = label, idle_exit_s
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the child now (it imports what fitting needs before its first request)."""
+        with self._lock:
+            self._running()
+
+    def _running(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None:
+            argv = [sys.executable, "-m", "adloader.daemon.refit", "--serve",
+                    "--idle-exit", str(self.idle_exit_s)]
+            if self.label:
+                argv += ["--for", self.label]
+            try:
+                self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE,  # stderr: the log
+                                              stdout=subprocess.PIPE)
+            except OSError as exc:
+                raise StorageError(f"cannot start the model fit: {exc.strerror}") from None
+        return self._proc
+
+    def fit(self, request: dict, timeout_s: float = TIMEOUT_S) -> dict:
+        """The model JSON for ``request``; a worker that had exited (idle, or killed) is
+        started again once."""
+        line = json.dumps(request).encode() + b"\n"
+        with self._lock:
+            for attempt in (1, 2):
+                proc = self._running()
+                try:
+                    proc.stdin.write(line)
+                    proc.stdin.flush()
+                except (BrokenPipeError, ValueError):  # it exited meanwhile: a new one
+                    self._stop(proc)
+                    continue
+                answer = self._answer(proc, timeout_s)
+                if answer is not None:
+                    break
+                self._stop(proc)
+                if attempt == 2:
+                    raise InputError("fitting the model failed: the fitting process exited "
+                                     f"with {proc.returncode} (its message is in the log)")
+            else:
+                raise InputError("fitting the model failed: the fitting process exited")
+        if "error" in answer:
+            raise InputError(f"fitting the model failed: {answer['error']}")
+        return answer["model"]
+
+    def _answer(self, proc: subprocess.Popen, timeout_s: float) -> dict | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._stop(proc)
+                raise InputError(f"fitting the model took over {timeout_s:g} s")
+            ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
+            if ready:
+                text = proc.stdout.readline()  # the child writes its answer in one line
+                return json.loads(text) if text else None
+
+    def _stop(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
+        if self._proc is proc:
+            self._proc = None
+
+    def close(self) -> None:
+        """End the child (its stdin closed: it exits at once)."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+
+
+def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
+    """The worker's loop: a request a line on stdin, its answer a line on stdout
+    (``{"model": ...}`` or ``{"error": ...}``); ends when stdin closes or stays idle for
+    ``idle_exit_s``."""
+    from adloader.scheduling import throughput
+
+    throughput._regressor("linear", 0)  # scikit-learn imported now, not at the first request
+    stdin = sys.stdin.buffer
+    while True:
+        ready, _, _ = select.select([stdin], [], [], idle_exit_s)
+        if not ready:
+            return 0
+        line = stdin.readline()
+        if not line:
+            return 0
+        try:
+            answer = {"model": fit(json.loads(line))}
+        except (InputError, ValueError, KeyError, TypeError) as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--serve"]:
+        idle = float(argv[argv.index("--idle-exit") + 1]) if "--idle-exit" in argv \
+            else IDLE_EXIT_S
+        return serve(idle)
     try:
         print(json.dumps(fit(json.load(sys.stdin))))
     except (InputError, ValueError, KeyError, TypeError) as exc:
@@ -77,4 +209,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

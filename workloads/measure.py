@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from adloader.errors import InputError
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.sim.device_profile import DeviceProfile
+from adloader.sim.loading_surface import SurfacePoint
 
 CPU_MODELS = ("smResnet20", "mdResnet12", "smVGG7", "smResnet32")
 CPU_BATCHES = (4, 8, 16)
@@ -271,8 +272,10 @@ def profile_from_samples(
     device: str | None = None,
     extra: dict | None = None,
     training_device: str | None = None,
+    surface: Sequence[SurfacePoint] = (),
 ) -> DeviceProfile:
-    """A DeviceProfile measured on this machine: α fitted (eq. 6), L(D) as measured (Fig. 5)."""
+    """A DeviceProfile measured on this machine: α fitted (eq. 6), L(D) as measured (Fig. 5),
+    and the contention surface when one was measured (``workloads.contention``)."""
     if not training:
         raise InputError(f"profile {name!r}: no training samples to fit the step time from")
     if not loading:
@@ -283,6 +286,8 @@ def profile_from_samples(
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     on = training_device or default_device()
     on = "the GPU" if on.startswith("cuda") else "the CPU standing in for a GPU"
+    side = (f"; {len(surface)} points of up to {max(len(p.workers) for p in surface)} "
+            f"pipelines side by side") if surface else ""
     return DeviceProfile(
         name=name,
         cores=cores,
@@ -293,7 +298,9 @@ def profile_from_samples(
         device=device if device is not None else device_text(),
         description=(
             f"measured by `adloader profile` on {when}: L(D) from a torch DataLoader over JPEG "
-            f"files, step times on {on} ({len(training)} training, {len(loading)} loading samples)"
+            f"files, step times on {on} ({len(training)} training, {len(loading)} loading samples"
+            f"{side})"
         ),
         extra=dict(extra or {}),
+        loading_surface=tuple(surface),
     )

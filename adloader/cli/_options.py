@@ -70,7 +70,9 @@ def sim_options(parser: argparse.ArgumentParser, only: tuple[str, ...] = SIM_FLA
                         help="the simulated ground truth of step times and GPU sharing: model "
                              "(the profile's eq. 6 and perfect time-slicing, the TPM's own forms;"
                              " an ablation), published (published GPU measurements; "
-                             f"adloader/sim/truths) (default {DEFAULT_TRUTH})"),
+                             "adloader/sim/truths), measured (the profile's contention "
+                             "surface for loading: adloader profile --contention) "
+                             f"(default {DEFAULT_TRUTH})"),
     }
     for flag in SIM_FLAGS:
         if flag in only:

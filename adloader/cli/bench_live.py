@@ -73,7 +73,8 @@ def _live_config(args):
     if args.quick:
         cfg = LiveConfig(policies=("balance", "ftf"), baselines=("requested", "even",
                                                                  "autotune"),
-                         iterations_scale=0.03, rounds=1)
+                         iterations_scale=0.03, rounds=1, surface_rounds=1,
+                         surface_window_s=0.5)
     if args.workers is not None and len(args.workers) != 1:
         raise InputError("bench live: --workers takes one count")
     given = {"rounds": args.rounds, "iterations_scale": args.iterations_scale,
@@ -120,8 +121,10 @@ def bench_live(args) -> int:
     if sims:
         console.print(_output.table(
             "the fixed no-daemon settings simulated on this node's measured profile, each job's "
-            "rate against its live median (simulated / live − 1): kernel, sleeping workers "
-            "yield their CPU; static, the model's own assumption", *model_rows(sims)))
+            "rate against its live median (simulated / live − 1); loading d/D·L(D): one "
+            "pipeline measured alone, shared by workers; surface: the pipelines measured side "
+            "by side (truth measured); kernel, sleeping workers yield their CPU; static, the "
+            "model's own assumption", *model_rows(sims)))
     truth = "this node's measured profile as the truth, against balance simulated on it"
     for line in limits_text(result["limits"], truth):
         console.print(line)

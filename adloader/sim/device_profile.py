@@ -4,7 +4,10 @@ A profile says how long a step takes (eq. 6's form with its own α, f in GFLOPs 
 per sample, M in millions of parameters) and how fast the node loads samples with D
 workers in all, L(D) (Fig. 5). A job with d of those workers loads λ = d/D · L(D).
 The bundled ``paper`` profile is calibrated from A-Dloader's testbed; ``adloader
-profile`` writes one measured on the machine it runs on.
+profile`` writes one measured on the machine it runs on, with ``--contention`` also the
+contention surface (``loading_surface``: k pipelines side by side, each one's rate;
+``adloader.sim.loading_surface``), which the ``measured`` truth replays. A profile without it
+loads as before.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from adloader.errors import InputError
+from adloader.sim.loading_surface import SurfacePoint, points_from_json
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class DeviceProfile:
     device: str = ""
     description: str = ""
     extra: dict = field(default_factory=dict)
+    loading_surface: tuple[SurfacePoint, ...] = ()  # measured side by side; () when not
 
     def step_time(self, batch_size: float, flops_g: float, params_m: float, gpus: int) -> float:
         """Step seconds for per-GPU batch b: α0·b·f + α1·M·n + α2·b·M + α3·M + α4 (eq. 6)."""
@@ -55,6 +60,10 @@ class DeviceProfile:
         data = asdict(self)
         data["alpha"] = list(self.alpha)
         data["node_loading"] = [round(x, 4) for x in self.node_loading]
+        if self.loading_surface:
+            data["loading_surface"] = [p.to_json() for p in self.loading_surface]
+        else:  # a profile without a surface writes the file it always did
+            data.pop("loading_surface")
         return data
 
 
@@ -75,6 +84,7 @@ def staged_loading(
 
 
 def _from_dict(data: dict, origin: str) -> DeviceProfile:
+    surface = points_from_json(data.get("loading_surface", []), origin)  # its own errors
     try:
         loading = data["node_loading"]
         if isinstance(loading, dict):
@@ -92,6 +102,7 @@ def _from_dict(data: dict, origin: str) -> DeviceProfile:
             device=str(data.get("device", "")),
             description=str(data.get("description", "")),
             extra=dict(data.get("extra", {})),
+            loading_surface=surface,
         )
     except KeyError as exc:
         raise InputError(f"{origin}: profile field {exc.args[0]!r} is missing") from None

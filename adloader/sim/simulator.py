@@ -275,13 +275,18 @@ class Simulator:
     # -- time ------------------------------------------------------------------------
     def _rates(self) -> dict[str, float]:
         busy = [j for j in self._running() if j.paused_until <= self.t + EPS]
+        surface = self.truth.surface  # loading measured side by side, or None: d/D · L(D)
+        workers = {j.name: j.workers for j in busy}
         if self.cfg.cpu_sharing == "kernel":
             by_name = {j.name: j for j in busy}
-            return kernel_rates({j.name: j.workers for j in busy},
-                                self.profile.node_loading_rate,
+            return kernel_rates(workers, self.profile.node_loading_rate,
                                 lambda load: gpu_rates(busy, lambda j: load(j.name)),
-                                {n: j.spec.batch_size for n, j in by_name.items()})
-        node = sum(j.workers for j in busy)
+                                {n: j.spec.batch_size for n, j in by_name.items()},
+                                surface.factors(workers) if surface is not None else None)
+        if surface is not None:
+            load = surface.rates(workers)
+            return gpu_rates(busy, lambda j: load[j.name])
+        node = sum(workers.values())
         return gpu_rates(busy, lambda j: self.profile.loading_rate(j.workers, node))
 
     def run(self) -> SimResult:

@@ -8,9 +8,15 @@ the truth (``adloader.sim.synth``); the simulator runs time on the truth itself.
   over batch (``truths/published-steps.json``, every figure cited by its line in
   ``docs/sources/gpu-measurements.md``), and co-location slowed by the published pair
   throughputs (``adloader.sim.colocation``). The TPM cannot fit it exactly.
+- ``measured``: loading as measured on the node, k pipelines side by side — the profile's
+  contention surface (``loading_surface``, ``adloader profile --contention``), read by
+  ``adloader.sim.loading_surface``; steps and GPU sharing as ``model`` (the profile's eq. 6,
+  which is what a node that emulates its GPUs runs). It needs a profile with a surface.
 
-Loading stays the profile's L(D) under both. Each truth names the file it is read from and its
-sha256, which every simulated bench prints.
+Loading is the profile's L(D), λ = d/D · L(D), under ``model`` and ``published`` (whether or not
+the profile carries a surface: a truth is chosen by name, never by what the file holds); a
+truth's ``surface`` is the loading it replays instead, None for those two. Each truth names the
+file it is read from and its sha256, which every simulated bench prints.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from adloader.errors import InputError
 from adloader.models import features
 from adloader.sim.colocation import Colocation
 from adloader.sim.device_profile import DeviceProfile
+from adloader.sim.loading_surface import LoadingSurface
 
-TRUTHS = ("model", "published")
+TRUTHS = ("model", "published", "measured")
 DEFAULT_TRUTH = "model"
 PUBLISHED_FILE = "published-steps.json"
 
@@ -50,16 +57,8 @@ def sha256(data: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class ModelTruth:
-    """Eq. 6 of the profile, perfect time-slicing: the TPM's own forms (the ablation)."""
-
-    profile: DeviceProfile
-    name: str = "model"
-    colocation: Colocation | None = None
-
-    @property
-    def source(self) -> str:
-        return f"profile {self.profile.name!r} (eq. 6 and L(D)), perfect GPU time-slicing"
+class ProfileSteps:
+    """Steps from the profile's own eq. 6 (the truths that keep the TPM's step form)."""
 
     @property
     def file_sha256(self) -> str:
@@ -69,6 +68,20 @@ class ModelTruth:
         """Step seconds of ``model`` at per-GPU batch ``batch_size`` on ``gpus`` GPUs."""
         feat = features(model)
         return self.profile.step_time(batch_size, feat.flops_g, feat.params_m, gpus)
+
+
+@dataclass(frozen=True)
+class ModelTruth(ProfileSteps):
+    """Eq. 6 of the profile, perfect time-slicing: the TPM's own forms (the ablation)."""
+
+    profile: DeviceProfile
+    name: str = "model"
+    colocation: Colocation | None = None
+    surface = None  # loading: the profile's d/D · L(D)
+
+    @property
+    def source(self) -> str:
+        return f"profile {self.profile.name!r} (eq. 6 and L(D)), perfect GPU time-slicing"
 
 
 class PublishedSteps:
@@ -112,6 +125,7 @@ class PublishedTruth:
     file_sha256: str
     gpu: str
     name: str = "published"
+    surface = None  # loading: the profile's d/D · L(D)
 
     @property
     def source(self) -> str:
@@ -119,6 +133,32 @@ class PublishedTruth:
 
     def step_time(self, model: str, batch_size: float, gpus: int) -> float:
         return self.steps.step_time(model, batch_size, gpus)
+
+
+@dataclass(frozen=True)
+class MeasuredTruth(ProfileSteps):
+    """Loading from the profile's contention surface; steps the profile's eq. 6, perfect
+    time-slicing (as ``model``)."""
+
+    profile: DeviceProfile
+    surface: LoadingSurface
+    name: str = "measured"
+    colocation: Colocation | None = None
+
+    @property
+    def source(self) -> str:
+        ks = sorted({len(p.workers) for p in self.profile.loading_surface})
+        return (f"profile {self.profile.name!r}: loading surface measured side by side "
+                f"({len(self.profile.loading_surface)} points, k = {', '.join(map(str, ks))} "
+                f"pipelines), eq. 6 steps, perfect GPU time-slicing")
+
+
+def measured_truth(profile: DeviceProfile) -> MeasuredTruth:
+    if not profile.loading_surface:
+        raise InputError(f"truth 'measured': profile {profile.name!r} has no loading surface "
+                         f"(measure one with `adloader profile --contention`)")
+    return MeasuredTruth(profile, LoadingSurface(profile.loading_surface,
+                                                 profile.node_loading_rate))
 
 
 @lru_cache(maxsize=2)
@@ -133,6 +173,8 @@ def load_truth(name: str, profile: DeviceProfile):
     """The truth named ``name`` (one of ``TRUTHS``) for a node with ``profile``."""
     if check_truth(name) == "model":
         return ModelTruth(profile)
+    if name == "measured":
+        return measured_truth(profile)
     return published_truth()
 
 

@@ -40,8 +40,13 @@ def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch
     monkeypatch.setattr(bench_live.torch.cuda, "get_device_name", lambda i=0: "a test GPU")
     trace, _ = fit_to_gpus(load_trace("paper-static"), 1)
     cfg = bench_live.LiveConfig(capacity=2, images=8)
-    path = bench_live.measured_profile(cfg, tmp_path / "jpeg", tmp_path, trace, cuda=True)
+    path = bench_live.measured_profile(cfg, tmp_path / "jpeg", tmp_path, trace, cuda=True,
+                                       per_gpu=3)
     profile = load_profile(str(path))
+    assert profile.max_jobs_per_gpu == 3  # the three jobs share the one GPU, as in the runs
+    limits = bench_live.predicted_limits(cfg, path, trace, capacity=2)
+    # every job of the mix is in the bound's order (with 2 a GPU, one never ran beside them)
+    assert sorted(limits["bounds"]["order"]) == ["Resnet18", "mdResnet12", "smResnet20"]
     assert asked == {"models": ["Resnet18", "mdResnet12", "smResnet20"],
                      "batches": [64, 128, 256], "device": "cuda"}
     assert profile.gpus == 1 and profile.loading_workers == 2 and "a test GPU" in profile.device

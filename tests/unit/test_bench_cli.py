@@ -120,11 +120,13 @@ def test_a_simulated_bench_takes_a_truth_and_refuses_an_unknown_one_naming_the_c
         name, capsys):
     assert _parse(name).truth == "model"  # today's truth stays the default
     assert _parse(name, "--truth", "published").truth == "published"
+    assert _parse(name, "--truth", "measured").truth == "measured"  # a profile's surface
     with pytest.raises(SystemExit) as exc:
-        _parse(name, "--truth", "measured")
+        _parse(name, "--truth", "bogus")
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "--truth" in err and "'measured'" in err and "'model'" in err and "'published'" in err
+    assert "--truth" in err and "'bogus'" in err and "'model'" in err and "'published'" in err
+    assert "'measured'" in err
 
 
 def test_bench_help_lists_every_bench_with_its_line(capsys, monkeypatch):

@@ -1,0 +1,74 @@
+"""The daemon's long-lived refit worker (``daemon.refit.RefitWorker``): the same models as a
+one-shot child, scikit-learn imported once for many fits, and a worker that is gone (killed,
+or exited when idle) started again for the next fit."""
+
+import time
+
+import psutil
+import pytest
+
+from adloader.daemon.refit import RefitWorker, fit_in_child
+from adloader.errors import InputError
+from adloader.scheduling.throughput import ThroughputModel
+from adloader.sim import synth
+from adloader.sim.device_profile import load_profile
+
+
+def _request(seed: int = 0) -> dict:
+    training, loading = synth.samples(load_profile("paper"), seed)
+    prior = ThroughputModel.fit(training, loading, 0).to_json()
+    return {"prior": prior, "seed": seed,
+            "training": [[s.batch_size, s.gpus, s.flops_g, s.params_m, s.step_s]
+                         for s in training[:40]],
+            "loading": [[s.job_workers, s.node_workers, s.loading_rate] for s in loading[:40]]}
+
+
+def test_the_worker_fits_what_a_one_shot_child_fits_and_survives_being_killed():
+    request = _request()
+    worker = RefitWorker(label="test-refit-worker")
+    try:
+        first = worker.fit(request)
+        assert first == fit_in_child(request)  # same function, same request: same model
+        pid = worker._proc.pid
+        assert worker.fit(request) == first and worker._proc.pid == pid  # one process
+        worker._proc.kill()
+        worker._proc.wait()
+        assert worker.fit(request) == first and worker._proc.pid != pid  # started again
+        with pytest.raises(InputError, match="fitting the model failed"):
+            worker.fit({"prior": first, "training": [[1, 2]], "loading": []})
+        assert worker.fit(request) == first  # a bad request costs that request only
+    finally:
+        worker.close()
+    assert worker._proc is None
+
+
+def test_an_idle_worker_exits_and_the_next_fit_starts_another():
+    worker = RefitWorker(idle_exit_s=0.5)
+    try:
+        request = _request(1)
+        worker.fit(request)
+        proc = worker._proc
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() == 0  # gone on its own: its memory went back
+        assert worker.fit(request) == fit_in_child(request)
+    finally:
+        worker.close()
+
+
+def test_a_warm_worker_fits_without_importing_again():
+    """The CPU a refit costs the node once the worker is up: the fit alone (~0.3 CPU-s here),
+    not a fresh interpreter importing scikit-learn (~2.3 CPU-s here) as a one-shot child."""
+    request = _request(2)
+    worker = RefitWorker()
+    try:
+        worker.fit(request)  # starts it: the import
+        proc = psutil.Process(worker._proc.pid)
+        before = sum(proc.cpu_times()[:2])
+        for _ in range(3):
+            worker.fit(request)
+        each = (sum(proc.cpu_times()[:2]) - before) / 3
+    finally:
+        worker.close()
+    assert each < 1.0, f"{each:.2f} CPU-s a fit"
