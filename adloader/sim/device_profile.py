@@ -125,17 +125,23 @@ def bundled_profiles() -> list[str]:
     )
 
 
-def load_profile(name_or_path: str) -> DeviceProfile:
-    """A bundled profile by name (``paper``) or a profile JSON file by path."""
+def profile_bytes(name_or_path: str) -> tuple[bytes, str]:
+    """The file of a bundled profile by name (``paper``) or of a profile JSON by path, and
+    where it came from."""
     if name_or_path in bundled_profiles():
         ref = resources.files("adloader.sim").joinpath("profiles", name_or_path + ".json")
-        text, origin = ref.read_text(), name_or_path
-    else:
-        path = Path(name_or_path)
-        if not path.exists():
-            names = ", ".join(bundled_profiles())
-            raise InputError(f"profile {name_or_path!r}: no such file or bundled profile ({names})")
-        text, origin = path.read_text(), str(path)
+        return ref.read_bytes(), name_or_path
+    path = Path(name_or_path)
+    if not path.exists():
+        names = ", ".join(bundled_profiles())
+        raise InputError(f"profile {name_or_path!r}: no such file or bundled profile ({names})")
+    return path.read_bytes(), str(path)
+
+
+def load_profile(name_or_path: str) -> DeviceProfile:
+    """A bundled profile by name (``paper``) or a profile JSON file by path."""
+    raw, origin = profile_bytes(name_or_path)
+    text = raw.decode()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -195,11 +195,6 @@ def tpm_error(truth, model, jobs) -> dict:
 
 def profile_sha256(name_or_path: str) -> str:
     """sha256 of the profile file ``load_profile(name_or_path)`` reads."""
-    from pathlib import Path
+    from adloader.sim.device_profile import profile_bytes
 
-    from adloader.sim.device_profile import bundled_profiles
-
-    if name_or_path in bundled_profiles():
-        ref = resources.files("adloader.sim").joinpath("profiles", name_or_path + ".json")
-        return sha256(ref.read_bytes())
-    return sha256(Path(name_or_path).read_bytes())
+    return sha256(profile_bytes(name_or_path)[0])
