@@ -40,6 +40,9 @@ class DaemonConfig:
     metrics_on_loopback: bool = False  # serve /metrics without a token to 127.0.0.1 / ::1
     node_cache_mb: int = 0  # node cache shared by the jobs that read one dataset (0 = none)
     cpu_shares: str = ""  # cgroup parent of the jobs' CPU groups ("" = no groups)
+    retain_days: float = 7.0  # ended jobs, their events and logs are kept this long ...
+    retain_jobs: int = 10000  # ... and at most this many ended jobs (the oldest go first)
+    retain_events: int = 200000  # events kept at most, the node's own included
 
     @property
     def state_path(self) -> Path:
@@ -109,6 +112,12 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
     get_policy(cfg.policy)  # an unknown name stops here, not in the scheduling loop
     if cfg.node_cache_mb < 0:
         raise InputError(f"setting 'node_cache_mb' must be 0 or more, got {cfg.node_cache_mb}")
+    if not cfg.retain_days > 0:
+        raise InputError(f"setting 'retain_days' must be positive, got {cfg.retain_days}")
+    for key, least in (("retain_jobs", 1), ("retain_events", 1000)):
+        if getattr(cfg, key) < least:
+            raise InputError(f"setting {key!r} must be at least {least}, "
+                             f"got {getattr(cfg, key)}")
     if cfg.jobs_per_gpu < 1:
         raise InputError(f"setting 'jobs_per_gpu' must be at least 1, got {cfg.jobs_per_gpu}")
     for key in ("arrival_window_s", "arrival_settle_s", "completion_window_s", "heartbeat_s",

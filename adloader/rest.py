@@ -17,11 +17,12 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import PurePath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -168,7 +169,8 @@ class JobView(BaseModel):
     name: str
     state: str
     workers: int | None = None
-    pid: int | None = None
+    pid: int | None = None  # the job's own process (the training command): what to signal
+    supervisor_pid: int | None = None  # a launched job's supervisor, its process group's leader
     exit_code: int | None = None  # negative: killed by that signal
     reason: str | None = None  # how it ended ("exit code 3", "killed by SIGKILL", ...)
     submitted_at: float
@@ -181,12 +183,95 @@ class JobView(BaseModel):
 
     @classmethod
     def from_record(cls, record: Any, throughput: float | None = None,
-                    iteration: int | None = None, cpu_percent: float | None = None) -> JobView:
-        """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes)."""
-        fields = ("id", "name", "state", "workers", "pid", "exit_code", "reason",
+                    iteration: int | None = None, cpu_percent: float | None = None,
+                    pid: int | None = None) -> JobView:
+        """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes; its
+        ``pid`` is the supervisor's) and ``pid``, the job's own process when known."""
+        fields = ("id", "name", "state", "workers", "exit_code", "reason",
                   "submitted_at", "started_at", "finished_at", "spec")  # fmt: skip
         return cls(**{f: getattr(record, f, None) for f in fields}, throughput=throughput,
-                   iteration=iteration, cpu_percent=cpu_percent)  # fmt: skip
+                   iteration=iteration, cpu_percent=cpu_percent, pid=pid,
+                   supervisor_pid=getattr(record, "pid", None))  # fmt: skip
+
+
+# signals whose default action does not end a process: no way to cancel a job
+_NOT_ENDING = ("SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG",
+               "SIGWINCH")  # fmt: skip
+
+
+def signal_number(name: str) -> int:
+    """A signal that ends a process, from ``KILL``, ``SIGKILL`` or ``9`` (InputError if it
+    is none: ``cancel --signal`` ends a job, it does not pause or poke it)."""
+    import signal
+
+    text = str(name).strip().upper()
+    try:
+        sig = signal.Signals(int(text)) if text.isdigit() else signal.Signals[
+            text if text.startswith("SIG") else f"SIG{text}"]
+    except (KeyError, ValueError):
+        raise InputError(f"signal {name!r}: not a signal (e.g. TERM, INT, KILL or 9)") from None
+    if sig.name in _NOT_ENDING:
+        raise InputError(f"signal {name!r}: {sig.name} does not end a process")
+    return int(sig)
+
+
+# -- pages ----------------------------------------------------------------------------
+# GET /v1/jobs and GET /v1/events answer one page, in id order (jobs: submit order). The
+# header NEXT_CURSOR carries the opaque cursor of the next page; a request that names no
+# ``limit`` gets PAGE_DEFAULT items, so an old client that never pages still gets a list
+# (every job, on a node that keeps at most that many).
+JOB_STATES = ("queued", "buffered", "running", "paused", "finished", "failed", "lost",
+              "cancelled")  # fmt: skip
+PAGE_DEFAULT = 500
+PAGE_MAX = 5000
+NEXT_CURSOR = "X-Next-Cursor"
+MAX_CURSOR = 200  # characters: a cursor is a few dozen; anything longer is not one of ours
+Limit = Annotated[int, Field(ge=1, le=PAGE_MAX)]
+Cursor = Annotated[str | None, Field(max_length=MAX_CURSOR)]
+Time = Annotated[float | None, Field(ge=0, allow_inf_nan=False)]  # seconds since the epoch
+
+
+def _listed(value: Any) -> Any:
+    """``state=a,b``, ``state=a&state=b`` or both: one flat list, blanks dropped."""
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, list):
+        return [part.strip() for item in value if isinstance(item, str)
+                for part in item.split(",") if part.strip()]
+    return value
+
+
+class PageQuery(BaseModel):
+    """A page: at most ``limit`` items after ``cursor`` (the last page's NEXT_CURSOR)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    limit: Limit = PAGE_DEFAULT
+    cursor: Cursor = None
+
+
+class JobQuery(PageQuery):
+    """``GET /v1/jobs``: a page of the jobs that pass every filter given — ``state`` (one of
+    JOB_STATES, repeated or comma-separated), ``name`` (exact), submitted in [since, until)."""
+
+    state: Annotated[list[Literal[JOB_STATES]], BeforeValidator(_listed)] = []  # type: ignore[valid-type]
+    name: str | None = Field(default=None, max_length=limits.MAX_NAME)
+    since: Time = None
+    until: Time = None
+
+
+class EventQuery(PageQuery):
+    """``GET /v1/events``: a page of events, oldest first — after the ``cursor`` (or after
+    event id ``since``, what clients before cursors send), of one ``job``, of the ``kind``s
+    given, of jobs named ``name``, at a time in [t_since, t_until)."""
+
+    since: int = Field(default=0, ge=0, le=2**63 - 1)
+    job: str | None = Field(default=None, max_length=limits.MAX_JOB_ID)
+    kind: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=32),
+                    BeforeValidator(_listed)] = []
+    name: str | None = Field(default=None, max_length=limits.MAX_NAME)
+    t_since: Time = None
+    t_until: Time = None
 
 
 # -- paths ----------------------------------------------------------------------------

@@ -221,8 +221,9 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
         "process of the run, overhead the CPU-seconds of the daemon (its start-up left out), "
         "supervisors and masters per training-second.",
         f"- Every ratio is paired with `{ref}`'s run of the same round, then the median over "
-        "rounds is taken; spread is the min–max of the makespan ratio. Best fixed: the "
-        "shortest of requested, even and cores in the same round.",
+        "rounds is taken; spread is the min–max of the makespan ratio. Best fixed: of "
+        "requested, even and cores, the one with the least median (per figure), paired "
+        "round by round.",
         "",
         "## Settings",
         "",
@@ -244,6 +245,9 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
                   "measured, shared by workers; surface: the pipelines measured side by side "
                   "(truth `measured`):", ""]
         lines += _md_table(*model_rows(sims))
+    if result.get("floor"):
+        lines += ["", "## What no schedule can beat here (measured)", "",
+                  f"- {floor_text(result['floor'])}"]
     if result.get("limits"):
         lines += ["", "## What the model says no schedule can beat (predicted)", ""]
         lines += [f"- {t}" for t in limits_text(
@@ -255,6 +259,22 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
     with atomic_path(path) as tmp:
         Path(tmp).write_text("\n".join(lines))
     return path
+
+
+def floor_text(floor: dict) -> str:
+    """``bench.live.measured_floor`` in a sentence."""
+    against = [f"{floor[k]:.3f}× {name}'s median" for k, name in (
+        ("makespan_x_best_fixed", "the best fixed setting"),
+        ("makespan_x_requested", "the requested setting")) if k in floor]
+    jct = f" = {floor['mean_jct_x_best_fixed']:.3f}× the best fixed setting's median" \
+        if "mean_jct_x_best_fixed" in floor else ""
+    return (f"with the node loading at most {floor['peak_loading']:.0f} samples/s (the most "
+            "of L(D), the contention surface and every run's Σ of rates in this sitting) and "
+            "each GPU busy at most all the time, from the jobs' first batch (start-up left "
+            f"out), no schedule — any workers, any placement, with or without a daemon — "
+            f"ends the mix before {floor['makespan']:.1f} s (" + ", ".join(against) +
+            f") or gives a mean JCT under {floor['mean_jct']:.1f} s{jct} (LP over completion "
+            "orders, `adloader.scheduling.schedule_lp.least_mean_jct`)")
 
 
 def report_from_json(path: str | Path, out: str | Path) -> Path:

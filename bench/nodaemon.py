@@ -6,7 +6,8 @@ The baselines of `adloader bench live` (issue 23). Every job is the reference jo
 - ``requested``: the trace's own ``workers`` for each job (6 each in paper-static);
 - ``even``: the node's loading workers split evenly, ``capacity // N`` each;
 - ``cores``: ``num_workers`` = the node's logical cores for every job, as tutorials advise;
-- ``autotune``: each job tunes its own count (``workloads.autotune``, no view of the node).
+- ``autotune``: each job tunes its own count (``adloader.scheduling.autotune``, no view
+  of the node).
 
 Jobs are placed on the emulated GPUs as the daemon places them (the planner's first fit, in
 arrival order), so a difference between a baseline and a policy is not placement;

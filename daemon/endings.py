@@ -41,8 +41,9 @@ class EndingsMixin:
         return Actions(changed=[job], events=[(job.id, kind, data)])
 
     def exited(self, job_id: str, exit_code: int | None, signal: int | None = None,
-               tail: str | None = None) -> Actions:
-        """The job's process ended: its final state, from what is known of the exit."""
+               tail: str | None = None, note: str | None = None) -> Actions:
+        """The job's process ended: its final state, from what is known of the exit (and a
+        ``note`` on how the daemon learned it, kept with the final event)."""
         job = self.jobs.get(job_id)
         if job is None or job.state in TERMINAL:
             return Actions()
@@ -62,6 +63,8 @@ class EndingsMixin:
         data = {"exit": exit_text(exit_code, signal)}
         if tail:
             data["tail"] = tail[-4096:]
+        if note:
+            data["note"] = note
         return self._end(job, state, code, data)
 
     def finished(self, job_id: str, state: str, exit_code: int | None = None,
@@ -90,20 +93,29 @@ class EndingsMixin:
             self._open(self.completion_window_s if state == "finished" else 0.0)
         return out
 
-    def cancel(self, job_id: str) -> Actions:
+    def cancel(self, job_id: str, signal: int | None = None) -> Actions:
         """Cancel: a waiting job never starts; a running one is asked to stop at its next
-        batch boundary, and a launched one is signalled if it has not after the grace."""
+        batch boundary, and a launched one is signalled if it has not after the grace.
+        With ``signal`` (an operator's choice, launched jobs only) the job's process group
+        gets that signal now instead of the request, and SIGKILL if it has not ended after
+        twice the grace."""
         job = self.jobs.get(job_id)
         if job is None or job.state in TERMINAL:
             return Actions()
         if job.state in WAITING or job.state == "lost":
             out = Actions()
             if job.state == "lost" and job.supervisor == "launcher":
-                out.kill.append((job.id, signals.SIGKILL))  # whatever is left of it
+                out.kill.append((job.id, signal or signals.SIGKILL))  # whatever is left of it
             job.cancel_at = self.clock()
             out.extend(self._end(job, "cancelled", None, {
                 "exit": "never started" if job.state in WAITING else "cancelled while lost"}))
             return out
+        if signal is not None and job.supervisor == "launcher":
+            if job.cancel_at is None:
+                job.cancel_at = self.clock()
+            job.signalled = signal
+            return Actions(kill=[(job.id, signal)], events=[(job.id, "cancel", {
+                "signal": signals.Signals(signal).name, "grace_s": self.cancel_grace_s})])
         if job.cancel_at is not None:
             return Actions()
         job.cancel_at = self.clock()
@@ -126,7 +138,7 @@ class EndingsMixin:
             if late > self.cancel_grace_s and job.signalled == 0:
                 job.signalled = signals.SIGTERM
                 return Actions(kill=[(job.id, signals.SIGTERM)])
-            if late > 2 * self.cancel_grace_s and job.signalled == signals.SIGTERM:
+            if late > 2 * self.cancel_grace_s and job.signalled not in (0, signals.SIGKILL):
                 job.signalled = signals.SIGKILL
                 return Actions(kill=[(job.id, signals.SIGKILL)])
             return Actions()

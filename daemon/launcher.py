@@ -59,6 +59,9 @@ class ExitStatus:
     error: str | None = None
     recorded: bool = True
     pgid: int | None = None  # not recorded: the job's process group, which may live on
+    note: str | None = None  # what the daemon adds (how an unrecorded ending was settled)
+    seen: bool = False  # not recorded: its supervisor was seen to end just now (the group id
+    # is fresh, not one read back from an earlier boot that may name someone else's group)
 
 
 class Launcher:
@@ -72,6 +75,8 @@ class Launcher:
         self.children: dict[str, subprocess.Popen] = {}  # launched by this daemon
         self.adopted: dict[str, psutil.Process] = {}  # launched by an earlier one
         self._meters: dict[int, psutil.Process] = {}  # kept: cpu_percent measures between calls
+        self.job_pids: dict[str, int] = {}  # job id -> its own process (its supervisor's child)
+        self._cpu_s: dict[str, float] = {}  # job id -> CPU seconds counted so far (monotonic)
 
     def status_path(self, job_id: str) -> Path:
         return self.status_dir / f"{job_id}.exit"
@@ -133,6 +138,33 @@ class Launcher:
         return ExitStatus(code if isinstance(code, int) else None,
                           sig if isinstance(sig, int) else None, data.get("error"))
 
+    def started_record(self, job_id: str) -> dict:
+        """What the job's supervisor recorded as it started: ``pid`` (its own) and, once the
+        command runs, ``job_pid``; {} when there is none."""
+        try:
+            data = json.loads(Path(f"{self.status_path(job_id)}.started").read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def new_job_pids(self) -> list[tuple[str, int]]:
+        """The launched jobs whose own pid was read since the last call (one small file
+        read per running job whose pid is not known yet, usually none); an adopted job's
+        comes on the first call after its adoption."""
+        found = []
+        for job_id in (*self.children, *self.adopted):
+            if job_id not in self.job_pids:
+                pid = self.started_record(job_id).get("job_pid")
+                if isinstance(pid, int) and pid > 0:
+                    self.job_pids[job_id] = pid
+                    found.append((job_id, pid))
+        return found
+
+    def supervisor_pid(self, job_id: str) -> int | None:
+        """The pid of a running job's supervisor (the leader of its process group)."""
+        proc = self.children.get(job_id) or self.adopted.get(job_id)
+        return proc.pid if proc is not None else None
+
     def adopt(self, job_id: str, pid: int | None) -> bool:
         """Watch a job an earlier daemon launched; False if its supervisor is gone."""
         proc = self._supervisor(job_id, pid)
@@ -166,12 +198,14 @@ class Launcher:
             if code is None:
                 continue
             del self.children[job_id]
+            self._forget(job_id)
             status = self.status(job_id)
             if status is None:  # the supervisor itself was killed: all that is known
-                status = (ExitStatus(None, -code, recorded=False, pgid=proc.pid) if code < 0
-                          else ExitStatus(code if code < 128 else None,
-                                          code - 128 if code > 128 else None, recorded=False,
-                                          pgid=proc.pid))
+                status = (ExitStatus(None, -code, recorded=False, pgid=proc.pid, seen=True)
+                          if code < 0 else
+                          ExitStatus(code if code < 128 else None,
+                                     code - 128 if code > 128 else None, recorded=False,
+                                     pgid=proc.pid, seen=True))
             done.append((job_id, status))
         for job_id, proc in list(self.adopted.items()):
             try:
@@ -182,17 +216,19 @@ class Launcher:
                 gone = False
             if gone:
                 del self.adopted[job_id]
+                self._forget(job_id)
                 done.append((job_id, self.status(job_id) or ExitStatus(
-                    None, None, recorded=False, pgid=proc.pid)))
+                    None, None, recorded=False, pgid=proc.pid, seen=True)))
         return done
+
+    def _forget(self, job_id: str) -> None:
+        self.job_pids.pop(job_id, None)
+        self._cpu_s.pop(job_id, None)
 
     def signal(self, job_id: str, sig: int) -> bool:
         """Send ``sig`` to a launched job's process group (only ever to a group this
         daemon's launcher started); False if there is none."""
-        proc = self.children.get(job_id)
-        pid = proc.pid if proc is not None else None
-        if pid is None and job_id in self.adopted:
-            pid = self.adopted[job_id].pid
+        pid = self.supervisor_pid(job_id)
         if pid is None:
             return False
         try:
@@ -204,23 +240,32 @@ class Launcher:
     def cpu_percent(self, job_id: str) -> float | None:
         """CPU % of a launched job's processes (its workers included) since the last call
         for it (the first call measures nothing yet: 0); None for a job not launched here."""
-        proc = self.children.get(job_id)
-        pid = proc.pid if proc is not None else (
-            self.adopted[job_id].pid if job_id in self.adopted else None)
+        usage = self.cpu_usage(job_id)
+        return None if usage is None else usage[0]
+
+    def cpu_usage(self, job_id: str) -> tuple[float, float] | None:
+        """(CPU % since the last call, CPU seconds so far) of a launched job's processes —
+        its supervisor, the job, its workers, and what those have reaped (the kernel adds a
+        waited-for child's time to its parent's); the seconds never go down (a counter).
+        None for a job not launched here."""
+        pid = self.supervisor_pid(job_id)
         if pid is None:
             return None
-        total = 0.0
+        percent = seconds = 0.0
         try:
             members = [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
         except psutil.Error:
-            return 0.0
+            return 0.0, self._cpu_s.get(job_id, 0.0)
         for member in members:
             with contextlib.suppress(psutil.Error):
                 meter = self._meters.get(member)
                 if meter is None:
                     meter = self._meters[member] = psutil.Process(member)
-                total += meter.cpu_percent(None)
-        return total
+                percent += meter.cpu_percent(None)
+                t = meter.cpu_times()
+                seconds += t.user + t.system + t.children_user + t.children_system
+        seconds = self._cpu_s[job_id] = max(seconds, self._cpu_s.get(job_id, 0.0))
+        return percent, seconds
 
     def forget_meters(self) -> None:
         """Drop the meters of processes that are gone."""
@@ -242,6 +287,18 @@ class Launcher:
     def stop_all(self) -> None:
         for job_id in list(self.children):
             self.signal(job_id, signal.SIGKILL)
+
+
+def group_of_job(pgid: int, job_id: str) -> bool:
+    """Whether a live process of group ``pgid`` carries ``job_id`` in its environment (the
+    launcher put it there): a group id read back from an earlier boot is the job's, not a
+    stranger's that took the number since."""
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if (os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE
+                    and proc.environ().get(names.JOB) == job_id):
+                return True
+    return False
 
 
 def group_alive(pgid: int) -> bool:

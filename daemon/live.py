@@ -50,6 +50,8 @@ class LiveJob:
     cancel_at: float | None = None  # a cancel was asked at this time
     signalled: int = 0  # signals sent to stop it (launched jobs): 0, SIGTERM, SIGKILL
     cpu_percent: float | None = None  # a launched job's processes, measured by the node
+    cpu_s: float = 0.0  # their CPU seconds so far (a counter), measured by the node
+    pid: int | None = None  # the job's own process: its supervisor's child, or its master's
     busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
     wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
     rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (adloader.scheduling.correction)

@@ -2,6 +2,11 @@
 
 Emitted with ``prometheus_client`` (a collector read at scrape time), so label values — job
 ids a tenant chose — are escaped as the exposition format says and cannot inject lines.
+A job is labelled ``job_id`` (``job`` is Prometheus' own target label: a scraped ``job``
+becomes ``exported_job``). What grows is a counter (``_total``: a job's samples and CPU
+seconds; take ``rate()`` of them), what is set now a gauge. The daemon's own process
+(``process_*``: CPU seconds, memory, open files) and ``adloader_build_info`` (version,
+commit, Python) come with them.
 A node of a thousand jobs takes ~10 ms of CPU to render: ``MetricsCache`` serves the last
 rendering and renders anew in the background when it is over ``max_age_s`` old (stale
 while revalidating), so a scrape never waits for it after the first.
@@ -14,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 COUNTERS = ("dropped_frames", "refused_messages", "undelivered", "loop_errors",
@@ -23,9 +28,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class NodeCollector:
-    """Reads ``snapshot()`` — {capacity, jobs: [(id, state, workers, samples/s, cpu % or
-    None)],
-    states: {state: n}, counters: {name: n}} — at each scrape."""
+    """Reads ``snapshot()`` — {capacity, jobs: [(id, state, workers, samples so far, CPU
+    seconds so far or None)], states: {state: n}, counters: {name: n}} — at each scrape."""
 
     def __init__(self, snapshot: Callable[[], dict]):
         self._snapshot = snapshot
@@ -41,26 +45,42 @@ class NodeCollector:
         for state, n in sorted(collections.Counter(snap["states"]).items()):
             states.add_metric([state], n)
         yield states
-        workers = GaugeMetricFamily("adloader_job_workers", "a job's workers", labels=["job"])
-        rate = GaugeMetricFamily("adloader_job_samples_per_second", "a job's measured rate",
-                                 labels=["job"])
-        cpu = GaugeMetricFamily("adloader_job_cpu_percent", "CPU of a launched job's processes",
-                                labels=["job"])
-        for job_id, _, d, samples_per_s, cpu_percent in active:
+        workers = GaugeMetricFamily("adloader_job_workers", "a job's workers",
+                                    labels=["job_id"])
+        samples = CounterMetricFamily("adloader_job_samples", "samples a job has trained on "
+                                      "(iterations x global batch)", labels=["job_id"])
+        cpu = CounterMetricFamily("adloader_job_cpu_seconds", "CPU seconds of a launched "
+                                  "job's processes, its workers included", labels=["job_id"])
+        for job_id, _, d, samples_so_far, cpu_seconds in active:
             workers.add_metric([job_id], d)
-            rate.add_metric([job_id], samples_per_s)
-            if cpu_percent is not None:  # a job the daemon launched: its processes are known
-                cpu.add_metric([job_id], cpu_percent)
-        yield from (workers, rate, cpu)
+            samples.add_metric([job_id], samples_so_far)
+            if cpu_seconds is not None:  # a job the daemon launched: its processes are known
+                cpu.add_metric([job_id], cpu_seconds)
+        yield from (workers, samples, cpu)
         for name in COUNTERS:
             counter = CounterMetricFamily(f"adloader_{name}", name.replace("_", " "))
             counter.add_metric([], snap["counters"].get(name, 0))
             yield counter
 
 
+class BuildCollector:
+    """``adloader_build_info{version, commit, python} 1``."""
+
+    def collect(self) -> Iterator:
+        from adloader.version import build_info
+
+        info = build_info()
+        build = GaugeMetricFamily("adloader_build_info", "the daemon's version, commit (empty "
+                                  "when unknown) and Python", labels=list(info))
+        build.add_metric(list(info.values()), 1)
+        yield build
+
+
 def exposition(snapshot: Callable[[], dict]) -> str:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(snapshot))
+    registry.register(BuildCollector())
+    ProcessCollector(registry=registry)  # process_*: the daemon's own CPU, memory, files
     return generate_latest(registry).decode()
 
 

@@ -15,7 +15,6 @@ and written again at the next tick — the scheduler's memory is the truth meanw
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import threading
 import time
@@ -30,27 +29,28 @@ from adloader.scheduling.throughput import ThroughputModel
 
 from .broker import Broker
 from .job_shares import JobShares
-from .launcher import ExitStatus, Launcher, LaunchError, group_alive
+from .launcher import ExitStatus, Launcher
 from .metrics import MetricsCache
 from .model_features import FeatureCounter
 from .node_cache import NodeCacheHost
+from .node_processes import ProcessesMixin
 from .online_model import OnlineModel, prior_model
 from .refit import RefitWorker
+from .retention import Retention, Retirement
 from .scheduler import ACTIVE, TERMINAL, Actions, LiveJob, Scheduler
 from .service_impl import NodeServiceMixin
 from .store import FINAL_STATES, Store
-from .tokens import TokenDigest, new_token
+from .tokens import TokenDigest
 
 log = logging.getLogger("adloader.daemon")
 STORE_CHECK_S = 2.0  # how often the daemon looks whether its state file is still there
 LOCK_CHUNK = 64  # messages handled under one hold of the node's lock
 HOUSEKEEPING_S = 0.05  # the scheduler's clock ticks at most this often
-ORPHAN_GRACE_S = 3.0  # a job whose supervisor died: its group's time to be seen gone
 EMULATED_GPUS = 4  # without CUDA: the paper's node (jobs emulate their GPU steps)
 RECOVERY_GRACE_S = 5.0  # a recovered job's time to be heard again
 
 
-class Node(NodeServiceMixin):
+class Node(NodeServiceMixin, ProcessesMixin):
     def __init__(self, config: DaemonConfig, model: ThroughputModel | None = None):
         self.config = config
         state = config.state_path
@@ -78,18 +78,23 @@ class Node(NodeServiceMixin):
         self.counters = collections.Counter()
         self.dirty: set[str] = set()  # jobs whose record could not be written yet
         self.orphans: dict[str, tuple] = {}  # job id -> (status, since): supervisor died
-        self.static_views: dict[str, tuple] = {}  # job id -> (record, its JSON) for jobs_json
+        self.static_views: dict[str, tuple] = {}  # held job id -> (record, its JSON): pages
         self.metrics_cache = MetricsCache(self._metrics_snapshot)
         self.store_note: str | None = None
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.loop_at = time.monotonic()
         self.online = OnlineModel(prior, self.store, self.scheduler, self.lock,
                                   self._record_event, RefitWorker(str(state)))
         self.shares = JobShares(config.cpu_shares, self._record_event) \
             if config.cpu_shares else None
         self.node_cache = (NodeCacheHost(config.node_cache_mb << 20, self._record_event,
                                          self.lock) if config.node_cache_mb else None)
+        self.retention = Retirement(
+            Retention(config.retain_days * 86400, config.retain_jobs, config.retain_events),
+            self.store, self.scheduler, self.online, self.launcher, self.static_views,
+            self._record_event)
         self._recover()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -153,9 +158,22 @@ class Node(NodeServiceMixin):
             if self.node_cache is not None:
                 self.node_cache.close()
 
+    def alive(self, timeout_s: float) -> bool:
+        """The control loop turned lately and the node's lock is free within ``timeout_s``
+        (systemd's watchdog asks: a stuck daemon stays silent and is restarted)."""
+        if self._thread is None or not self._thread.is_alive():
+            return False
+        if time.monotonic() - self.loop_at > timeout_s + 1.0:
+            return False
+        if not self.lock.acquire(timeout=timeout_s):
+            return False
+        self.lock.release()
+        return True
+
     def _loop(self) -> None:
         next_check = next_tick = 0.0
         while not self._stop.is_set():
+            self.loop_at = time.monotonic()  # the watchdog's sign of life (daemon.systemd)
             try:
                 received = self.broker.poll(int(HOUSEKEEPING_S * 1000))
             except Exception:  # never: poll reports bad frames as entries
@@ -189,11 +207,14 @@ class Node(NodeServiceMixin):
             self._guarded("samples", self.online.flush)
         for job_id, status in self.launcher.reap():
             self._guarded("exit", lambda j=job_id, s=status: self._apply(self._exited(j, s)))
+        for job_id, pid in self.launcher.new_job_pids():
+            self._guarded("job pid", self._job_started, job_id, pid)
         if check_store:
             self._guarded("store check", self._check_store)
             self._guarded("cpu", self._measure_cpu)
             if not self.config.capacity:  # automatic: follow the cgroup (in-place pod resize)
                 self._guarded("capacity", self._follow_capacity)
+            self._guarded("retention", self.retention.run, self.dirty, self.orphans)
         if self.dirty:
             self._resync()
         if self.orphans:
@@ -207,28 +228,6 @@ class Node(NodeServiceMixin):
             self._record_event(None, "capacity", {"workers": now, "was": self.capacity})
             self.capacity = now
             self._apply(self.scheduler.set_capacity(now))
-
-    def _measure_cpu(self) -> None:
-        """Each launched job's CPU since the last reading (every STORE_CHECK_S)."""
-        for job in self.scheduler.jobs.values():
-            if job.state in ACTIVE and job.origin == "rest":
-                job.cpu_percent = self.launcher.cpu_percent(job.id)
-        self.launcher.forget_meters()
-
-    def _watch_orphans(self) -> None:
-        for job_id, (status, since) in list(self.orphans.items()):
-            job = self.scheduler.jobs.get(job_id)
-            if job is None or job.state not in ACTIVE:
-                del self.orphans[job_id]
-            elif not group_alive(status.pgid):
-                del self.orphans[job_id]
-                self._apply(self._exited(job_id, replace(status, recorded=True)))
-            elif time.monotonic() - since > ORPHAN_GRACE_S:
-                del self.orphans[job_id]
-                job.supervisor = None
-                self._apply(Actions(events=[(job_id, "unsupervised", {
-                    "note": "its supervisor ended while the job runs on; its master's last "
-                            "word will be its final state"})]))
 
     def _guarded(self, what: str, fn, *args):
         """Run one unit of work; a failure costs that unit only."""
@@ -254,22 +253,6 @@ class Node(NodeServiceMixin):
                         actions.reply[0][1].reason)
         self._apply(actions)
 
-    def _exited(self, job_id: str, status: ExitStatus) -> Actions:
-        """A launched job's supervisor ended: the job's final state from its exit status.
-        Without a recorded status (the supervisor itself was killed) the job's process
-        group decides, once it is seen (``_watch_orphans``): gone, the job ended as its
-        supervisor did; still there after ORPHAN_GRACE_S, the job runs on unsupervised and
-        is watched as one started by hand, by its heartbeats."""
-        job = self.scheduler.jobs.get(job_id)
-        if job is None:
-            return Actions()
-        if not status.recorded and status.pgid and job.state in ACTIVE:
-            self.orphans[job_id] = (status, time.monotonic())
-            return Actions()
-        failed = status.signal or (status.exit_code not in (0, None))
-        tail = status.error or (self.launcher.tail(job_id) if failed else None)
-        return self.scheduler.exited(job_id, status.exit_code, status.signal, tail)
-
     def _apply(self, actions: Actions) -> None:
         if self.node_cache is not None:
             self.node_cache.route(actions, self.scheduler.jobs)
@@ -293,39 +276,13 @@ class Node(NodeServiceMixin):
             self.shares.follow(self.scheduler.jobs)  # not on every heartbeat: on a decision
         self.online.maybe_refit()
 
-    def _launch(self, job: LiveJob) -> None:
-        """At most once: the intent is on disk before the process starts, or it never does."""
-        rec = self.store.get_job(job.id)
-        token = new_token()  # made now, handed to this process only, kept as a digest
-        try:
-            self.store.update_job(job.id, state="running", workers=job.workers, pid=None,
-                                  started_at=time.time(), supervisor="launcher",
-                                  token_digest=self.tokens.digest(token))
-        except StorageError as exc:
-            self.counters["storage_errors"] += 1
-            log.error("%s: not launched, its launch could not be recorded: %s", job.id, exc)
-            self._apply(self.scheduler.unlaunched(job, str(exc)))
-            return
-        try:
-            job.token_digest, job.supervisor = self.tokens.digest(token), "launcher"
-            started = self.launcher.start(job.id, token, rec.spec.command,
-                                          rec.spec.cwd, rec.spec.env, job.workers, job.gpu_ids,
-                                          self.shares.dirs(job.id) if self.shares else ())
-        except LaunchError as exc:
-            self.counters["launch_failures"] += 1
-            self._apply(self.scheduler.exited(job.id, 127, None, str(exc)))
-            return
-        with contextlib.suppress(StorageError):  # found again by its supervisor's command
-            self.store.update_job(job.id, pid=started.pid, log_path=started.log_path)
-        self._record_event(job.id, "launched", {"pid": started.pid, "workers": job.workers,
-                                                "gpu_ids": list(job.gpu_ids)})
-
     def _persist(self, job: LiveJob) -> None:
         if job.origin == "attached" and self.store.get_job(job.id) is None:
             self._guarded("record", self._store_attached, job)
         fields = {"state": job.state, "workers": job.workers}
         if job.state in FINAL_STATES:
-            fields.update(finished_at=time.time(), exit_code=job.exit_code, reason=job.reason)
+            fields.update(finished_at=time.time(), exit_code=job.exit_code, reason=job.reason,
+                          iteration=job.iteration)
         try:
             self.store.update_job(job.id, **fields)
             self.dirty.discard(job.id)

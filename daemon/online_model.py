@@ -23,6 +23,7 @@ from pathlib import Path
 
 from adloader.errors import InputError, StorageError
 from adloader.host.atomic import write_json
+from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.scheduling.throughput import ThroughputModel
 
 from .refit import MIN_REAL, RefitWorker, fit_in_child
@@ -82,6 +83,11 @@ class OnlineModel:
                     and valid_sample(sample)):
                 self._last_sample[key] = now
                 self.pending.append((job_id, sample))
+
+    def forget(self, job_id: str) -> None:
+        """The job has ended for good: no more samples are taken of it."""
+        for kind in (TrainingSample, LoadingSample):
+            self._last_sample.pop((job_id, kind), None)
 
     def flush(self) -> None:
         """Write the samples taken since the last flush, in one transaction."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -57,6 +57,11 @@ class Response:
 
     def json(self) -> Any:
         return json.loads(self.content)
+
+    def header(self, name: str) -> str | None:
+        """A header's value, its name in any case."""
+        name = name.lower()
+        return next((v for k, v in self.headers.items() if k.lower() == name), None)
 
 
 class DaemonClient:
@@ -152,15 +157,30 @@ class DaemonClient:
     def submit(self, body: dict) -> rest.JobView:
         return rest.JobView.model_validate(self.request("POST", rest.JOBS, json=body).json())
 
-    def jobs(self) -> list[rest.JobView]:
-        return [rest.JobView.model_validate(j) for j in self.request("GET", rest.JOBS).json()]
+    def jobs(self, states: Iterable[str] = (), name: str | None = None) -> list[rest.JobView]:
+        """Every job the daemon keeps (only those in ``states``, named ``name``), in submit
+        order, page after page."""
+        params: dict[str, Any] = {"limit": rest.PAGE_MAX}
+        if states:
+            params["state"] = ",".join(states)
+        if name is not None:
+            params["name"] = name
+        out = []
+        while True:
+            page = self.request("GET", rest.JOBS, params=params)
+            out += [rest.JobView.model_validate(j) for j in page.json()]
+            cursor = page.header(rest.NEXT_CURSOR)
+            if not cursor:  # the last page (or a daemon that answers with every job)
+                return out
+            params["cursor"] = cursor
 
     def job(self, job_id: str) -> rest.JobView:
         return rest.JobView.model_validate(self.request("GET", rest.job_path(job_id)).json())
 
-    def cancel(self, job_id: str) -> rest.JobView:
+    def cancel(self, job_id: str, signal: str | None = None) -> rest.JobView:
+        params = {"signal": signal} if signal else None
         return rest.JobView.model_validate(
-            self.request("DELETE", rest.job_path(job_id)).json())
+            self.request("DELETE", rest.job_path(job_id), params=params).json())
 
     def pause(self, job_id: str, checkpoint: bool = False) -> rest.JobView:
         return rest.JobView.model_validate(self.request(

@@ -1,14 +1,14 @@
 """What the REST routes share (``daemon.routes_jobs``, ``daemon.routes_node``): a service
-call whose failure becomes one HTTP error line, and a job's 404."""
+call whose failure becomes one HTTP error line, a job's 404, and a page's answer."""
 
 # No ``from __future__ import annotations``: FastAPI must see the route functions' types.
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import HTTPException, Path
+from fastapi import HTTPException, Path, Response
 
-from adloader import limits
+from adloader import limits, rest
 from adloader.errors import InputError, StorageError
 
 log = logging.getLogger("adloader.daemon.api")  # the API's logger (daemon.api)
@@ -38,3 +38,16 @@ def found(job_id: str, view: T | None) -> T:
     if view is None:
         raise HTTPException(404, f"no job {job_id!r}")
     return view
+
+
+def page(body: bytes, cursor: str | None) -> Response:
+    """A page's JSON array, its next cursor in the ``rest.NEXT_CURSOR`` header."""
+    headers = {rest.NEXT_CURSOR: cursor} if cursor else None
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def paged(what: str) -> dict:
+    """The OpenAPI note of a paged answer's header."""
+    return {200: {"headers": {rest.NEXT_CURSOR: {
+        "description": f"the cursor of the next page of {what} (pass it as ``cursor``)",
+        "schema": {"type": "string"}}}}}

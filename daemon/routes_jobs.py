@@ -12,7 +12,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from adloader import rest
 from adloader.rest import JobSpec, JobView
 
-from .routes import JobId, call, found
+from .routes import JobId, call, found, page, paged
 from .service import NodeService
 
 DEFAULT_TAIL = 64 * 1024
@@ -63,19 +63,29 @@ def router(service: NodeService) -> APIRouter:
         return await anyio.to_thread.run_sync(call, "submit", service.submit, spec,
                                               limiter=submits)
 
-    @jobs_api.get(rest.JOBS, response_model=list[JobView], tags=["jobs"])
-    def jobs() -> Response:
-        """Every job the daemon knows, in submit order."""
-        return Response(call("listing jobs", service.jobs_json), media_type="application/json")
+    @jobs_api.get(rest.JOBS, response_model=list[JobView], tags=["jobs"],
+                  responses=paged("jobs"))
+    def jobs(query: Annotated[rest.JobQuery, Query()]) -> Response:
+        """The jobs the daemon keeps (those it manages, and the history its retention
+        keeps), in submit order, a page at a time: ``limit`` of them (default
+        500) after ``cursor``, the next page's cursor in the ``X-Next-Cursor`` header (absent
+        on the last page); only those in ``state`` (repeatable, or comma-separated), named
+        ``name``, submitted in [``since``, ``until``) (seconds since the epoch)."""
+        body, cursor = call("listing jobs", service.jobs_page, query)
+        return page(body, cursor)
 
     @jobs_api.get(rest.JOB, response_model=JobView, tags=["jobs"])
     def job(job_id: JobId) -> JobView:
         return found(job_id, call("reading the job", service.job, job_id))
 
     @jobs_api.delete(rest.JOB, response_model=JobView, tags=["jobs"])
-    def cancel(job_id: JobId) -> JobView:
-        """Cancel a job: a queued one never starts, a running one is terminated."""
-        return found(job_id, call("cancel", service.cancel, job_id))
+    def cancel(job_id: JobId,
+               signal: Annotated[str | None, Query(max_length=16)] = None) -> JobView:
+        """Cancel a job: a queued one never starts, a running one is asked to stop at its
+        next batch boundary (then terminated). With ``signal`` (``KILL``, ``TERM``, ``9``…)
+        a launched one's processes get that signal now instead."""
+        args = (job_id,) if signal is None else (job_id, signal)
+        return found(job_id, call("cancel", service.cancel, *args))
 
     @jobs_api.post(rest.JOB_PAUSE, response_model=JobView, tags=["jobs"])
     def pause(job_id: JobId, checkpoint: bool = False) -> JobView:

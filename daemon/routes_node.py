@@ -10,11 +10,10 @@ from fastapi.responses import PlainTextResponse
 
 from adloader import rest
 
-from .routes import call
+from .routes import call, page, paged
 from .service import NodeService
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
-MAX_EVENT_ID = 2**63 - 1
 
 
 def router(service: NodeService) -> APIRouter:
@@ -32,12 +31,16 @@ def router(service: NodeService) -> APIRouter:
         predicted gain of one more worker, what a new job could load now, cache room."""
         return call("the node summary", service.node_summary)
 
-    @node_api.get(rest.EVENTS, response_model=list[dict], tags=["node"])
-    def events(since: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
-               limit: Annotated[int, Query(ge=1, le=5000)] = 500) -> Response:
-        """Events with an id above ``since``, oldest first."""
-        return Response(call("events", service.events_json, since, limit),
-                        media_type="application/json")
+    @node_api.get(rest.EVENTS, response_model=list[dict], tags=["node"],
+                  responses=paged("events"))
+    def events(query: Annotated[rest.EventQuery, Query()]) -> Response:
+        """Events, oldest first, a page at a time: ``limit`` of them (default 500) after
+        ``cursor`` (or after the event id ``since``); the cursor to poll with next in the
+        ``X-Next-Cursor`` header. Only those of ``job`` (an id), of the ``kind``s given
+        (repeatable, or comma-separated), of jobs named ``name``, at a time in [``t_since``,
+        ``t_until``) (seconds since the epoch)."""
+        body, cursor = call("events", service.events_page, query)
+        return page(body, cursor)
 
     @node_api.get(rest.MODEL, tags=["model"])
     def model() -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from adloader.rest import JobSpec, JobView
+from adloader.rest import EventQuery, JobQuery, JobSpec, JobView
 
 
 class NodeService(Protocol):
@@ -18,16 +18,15 @@ class NodeService(Protocol):
         """Store and buffer a new job (InputError if the node cannot take it)."""
         ...
 
-    def jobs(self) -> list[JobView]: ...
-
-    def jobs_json(self) -> bytes:
-        """``jobs()`` as a JSON array (the node serves it from per-job caches)."""
+    def jobs_page(self, query: JobQuery) -> tuple[bytes, str | None]:
+        """One page of jobs as a JSON array, and the next page's cursor (None: the last)."""
         ...
 
     def job(self, job_id: str) -> JobView | None: ...
 
-    def cancel(self, job_id: str) -> JobView | None:
-        """Cancel a job (a running one is asked to stop, then signalled); its view."""
+    def cancel(self, job_id: str, signal: str | None = None) -> JobView | None:
+        """Cancel a job (a running one is asked to stop, then signalled; with ``signal`` a
+        launched one is sent that signal now, InputError if it names none); its view."""
         ...
 
     def pause(self, job_id: str, checkpoint: bool) -> JobView | None:
@@ -46,12 +45,8 @@ class NodeService(Protocol):
         """What the node offers a cluster scheduler (``adloader.scheduling.node_summary``)."""
         ...
 
-    def events(self, since: int, limit: int) -> list[dict]:
-        """Events with id > ``since``: ``{"id", "t", "job", "kind", "data"}``."""
-        ...
-
-    def events_json(self, since: int, limit: int) -> bytes:
-        """``events(since, limit)`` as a JSON array."""
+    def events_page(self, query: EventQuery) -> tuple[bytes, str]:
+        """One page of events as a JSON array, and the cursor that follows it."""
         ...
 
     def model(self) -> dict:

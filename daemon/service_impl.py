@@ -1,21 +1,37 @@
 """The node as the REST API sees it (``daemon.service.NodeService``), over the scheduler,
 the store and the launcher that ``daemon.node.Node`` wires together.
 
-Reads come from memory (the store keeps its job records written through), so listing a
-thousand jobs costs no query. A submit counts an unknown model's features before it takes
+The jobs the node manages are read from memory (the store holds their records, written
+through); the history from the store's file, a page at a time (``daemon.history``), nothing
+of it kept in memory. A submit counts an unknown model's features before it takes
 the node's lock, so a slow count never holds up the control loop or another request.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
 from adloader.errors import InputError
-from adloader.rest import JobView
+from adloader.rest import JobView, signal_number
+from adloader.version import __version__
 
+from .live import TERMINAL, WAITING
 from .scheduler import ACTIVE
+
+
+def _history_json(rec, spec: bytes) -> bytes:
+    """A job of the history as ``JobView.from_record`` shows it (nothing live), written
+    straight from its record, its spec spliced in as stored: a page of 500 costs a few
+    milliseconds (tests/unit/test_store_retention.py holds it to ``from_record``'s answer)."""
+    view = {"id": rec.id, "name": rec.name, "state": rec.state, "workers": rec.workers,
+            "pid": None, "supervisor_pid": rec.pid, "exit_code": rec.exit_code,
+            "reason": rec.reason, "submitted_at": rec.submitted_at,
+            "started_at": rec.started_at, "finished_at": rec.finished_at, "throughput": None,
+            "iteration": rec.iteration, "cpu_percent": None}
+    return json.dumps(view, separators=(",", ":"))[:-1].encode() + b',"spec":' + spec + b"}"
 
 
 class NodeServiceMixin:
@@ -38,60 +54,81 @@ class NodeServiceMixin:
         live = self.scheduler.jobs.get(rec.id)
         running = live is not None and live.state in ACTIVE
         return JobView.from_record(rec, throughput=live.throughput if running else None,
-                                   iteration=live.iteration if live else None,
-                                   cpu_percent=live.cpu_percent if running else None)
+                                   iteration=live.iteration if live else rec.iteration,
+                                   cpu_percent=live.cpu_percent if running else None,
+                                   pid=live.pid if live else None)
 
-    def jobs(self) -> list[JobView]:
-        with self.lock:
-            records = self.store.list_jobs()
-            return [self._view(r) for r in records]
+    def jobs_page(self, query) -> tuple[bytes, str | None]:
+        """One page of ``GET /v1/jobs`` (a ``rest.JobQuery``) as JSON, and the next cursor:
+        the held jobs' views from ``_job_json``, the history's straight from its records."""
+        records, cursor = self.store.job_page(query)
+        if all(spec is not None for _, spec in records):  # history only: no lock needed
+            parts = [_history_json(r, spec) for r, spec in records]
+        else:  # held jobs' live parts are read under the node's lock
+            with self.lock:
+                parts = [self._job_json(r) if spec is None else _history_json(r, spec)
+                         for r, spec in records]
+        return b"[" + b",".join(parts) + b"]", cursor
 
-    def jobs_json(self) -> bytes:
-        """The job list as JSON: each record's part is serialised once per change of the
+    def _job_json(self, rec) -> bytes:
+        """A held job's view as JSON: its record's part is serialised once per change of the
         record, the live part (samples/s, iteration) per call — a thousand jobs that
         heartbeat every second cost a concatenation, not a thousand validations."""
-        parts = []
-        with self.lock:
-            cache = self.static_views
-            for rec in self.store.list_jobs():
-                kept = cache.get(rec.id)
-                if kept is None or kept[0] is not rec:
-                    body = JobView.from_record(rec).model_dump_json(
-                        exclude={"throughput", "iteration", "cpu_percent"})
-                    kept = cache[rec.id] = (rec, body[1:].encode())
-                live = self.scheduler.jobs.get(rec.id)
-                running = live is not None and live.state in ACTIVE
-                rate = repr(float(live.throughput)) if running else "null"
-                step = str(live.iteration) if live else "null"
-                cpu = "null" if not running or live.cpu_percent is None else \
-                    repr(round(live.cpu_percent, 1))
-                parts.append(f'{{"throughput":{rate},"iteration":{step},"cpu_percent":{cpu},'
-                             .encode() + kept[1])
-        return b"[" + b",".join(parts) + b"]"
+        cache = self.static_views
+        kept = cache.get(rec.id)
+        if kept is None or kept[0] is not rec:
+            body = JobView.from_record(rec).model_dump_json(
+                exclude={"throughput", "iteration", "cpu_percent", "pid"})
+            kept = cache[rec.id] = (rec, body[1:].encode())
+        live = self.scheduler.jobs.get(rec.id)
+        running = live is not None and live.state in ACTIVE
+        rate = repr(float(live.throughput)) if running else "null"
+        step = str(live.iteration) if live else "null"
+        cpu = "null" if not running or live.cpu_percent is None else \
+            repr(round(live.cpu_percent, 1))
+        pid = live.pid if live and live.pid else "null"
+        return (f'{{"throughput":{rate},"iteration":{step},"cpu_percent":{cpu},'
+                f'"pid":{pid},'.encode() + kept[1])
 
     def job(self, job_id: str) -> JobView | None:
+        if not self.store.held(job_id):  # history (or no such job): no need of the node's lock
+            rec = self.store.get_job(job_id)
+            return None if rec is None else JobView.from_record(rec, iteration=rec.iteration)
         with self.lock:
             rec = self.store.get_job(job_id)
             return self._view(rec) if rec else None
 
-    def cancel(self, job_id: str) -> JobView | None:
+    def cancel(self, job_id: str, signal: str | None = None) -> JobView | None:
+        sig = signal_number(signal) if signal is not None else None
         with self.lock:
             if self.store.get_job(job_id) is None:
                 return None
-            self._apply(self.scheduler.cancel(job_id))
+            live = self.scheduler.jobs.get(job_id)
+            if (sig is not None and live is not None and live.supervisor != "launcher"
+                    and live.state not in (*WAITING, *TERMINAL)):
+                raise InputError(f"job {job_id} was not started by the daemon, which signals "
+                                 f"only the processes it started"
+                                 + (f" (its pid: {live.pid})" if live.pid else ""))
+            self._apply(self.scheduler.cancel(job_id, sig))
             return self.job(job_id)
 
     def pause(self, job_id: str, checkpoint: bool) -> JobView | None:
         with self.lock:
-            if self.store.get_job(job_id) is None:
+            rec = self.store.get_job(job_id)
+            if rec is None:
                 return None
+            if rec.state in TERMINAL:
+                raise InputError(f"job {job_id!r} is {rec.state}: only a running job can pause")
             self._apply(self.scheduler.pause(job_id, checkpoint))
             return self.job(job_id)
 
     def resume(self, job_id: str) -> JobView | None:
         with self.lock:
-            if self.store.get_job(job_id) is None:
+            rec = self.store.get_job(job_id)
+            if rec is None:
                 return None
+            if rec.state in TERMINAL:
+                raise InputError(f"job {job_id!r} is {rec.state}: only a paused job can resume")
             self._apply(self.scheduler.resume(job_id))
             return self.job(job_id)
 
@@ -119,11 +156,8 @@ class NodeServiceMixin:
         out["cache"] = cache
         return out
 
-    def events(self, since: int, limit: int) -> list[dict]:
-        return self.store.events(since, limit)
-
-    def events_json(self, since: int, limit: int) -> bytes:
-        return self.store.events_json(since, limit)
+    def events_page(self, query) -> tuple[bytes, str]:
+        return self.store.event_page(query)
 
     def model(self) -> dict:
         with self.lock:
@@ -141,7 +175,8 @@ class NodeServiceMixin:
         }
 
     def health(self) -> dict:
-        out = {"status": "ok", "uptime_s": round(time.time() - self.started, 1),
+        out = {"status": "ok", "version": __version__,
+               "uptime_s": round(time.time() - self.started, 1),
                "capacity": self.capacity, "gpus": self.gpus, "pid": os.getpid()}
         if self.store_note:
             out["store"] = self.store_note
@@ -172,12 +207,10 @@ class NodeServiceMixin:
     def _metrics_snapshot(self) -> dict:
         with self.lock:
             live = list(self.scheduler.jobs.values())
-            records = self.store.list_jobs()
             counters = dict(self.counters)
-        states: dict[str, int] = {}
-        for rec in records:
-            states[rec.state] = states.get(rec.state, 0) + 1
-        jobs = [(j.id, j.state, j.workers, j.throughput, j.cpu_percent)
+        states = self.store.state_counts()  # the jobs kept: the held and the history
+        jobs = [(j.id, j.state, j.workers, j.iteration * j.batch_size,
+                 j.cpu_s if j.cpu_percent is not None else None)
                 for j in live if j.state in ACTIVE]
         return {"capacity": self.capacity, "jobs": jobs, "states": states,
                 "counters": counters}

@@ -1,35 +1,38 @@
 """The daemon's state in one SQLite file (WAL): jobs, events, TPM samples and fitted models.
 
 Every write is one transaction under an internal lock, so threads may share a Store; the
-file survives a daemon restart. Job ids are ``j-000001``, ``j-000002``, ... in submit order.
-Jobs are also kept in memory (written through), so reading them costs no query. Tokens are
-never stored, only their keyed digests (``daemon.tokens``). Anything SQLite reports — a
-damaged file, a full disk — becomes a StorageError that names the file and what to do.
+file survives a daemon restart. Job ids are ``j-000001``, ``j-000002``, ... in submit order,
+never given twice (the last number is kept in ``meta``, so pruning cannot hand one out
+again). The jobs the daemon still manages (not finished, failed or cancelled) are also held
+in memory, written through, so reading them costs no query; the history is read from the
+file (``daemon.history``) and pruned (``daemon.retention``); the TPM's samples and models
+are ``daemon.store_tpm``'s. Tokens are never stored, only their keyed digests
+(``daemon.tokens``). Anything SQLite reports — a damaged file, a full disk — becomes a
+StorageError that names the file and what to do.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from adloader import limits
 from adloader.errors import StorageError
-from adloader.rest import JobSpec, SpecFeatures
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.rest import JOB_STATES, JobSpec
 
-JOB_STATES = ("queued", "buffered", "running", "paused", "finished", "failed", "lost",
-              "cancelled")  # fmt: skip
+from .history import HistoryMixin
+from .job_record import JOB_COLUMNS, JobRecord, record_of
+from .live import TERMINAL
+from .retention import RetentionMixin
+from .store_tpm import TpmStoreMixin, valid_sample  # noqa: F401  (valid_sample: its users')
+
 FINAL_STATES = ("finished", "failed", "lost", "cancelled")
 ORIGINS = ("rest", "attached")
 SCHEMA_VERSION = 2
@@ -39,11 +42,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
     token_digest TEXT NOT NULL, workers INTEGER, pid INTEGER, exit_code INTEGER,
     submitted_at REAL NOT NULL, started_at REAL, finished_at REAL, log_path TEXT,
-    origin TEXT NOT NULL, supervisor TEXT, reason TEXT);
+    origin TEXT NOT NULL, supervisor TEXT, reason TEXT, iteration INTEGER);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, job TEXT, kind TEXT NOT NULL,
     data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_job ON events (job);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS samples (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, job TEXT, kind TEXT NOT NULL,
     model TEXT, batch_size INTEGER, gpus INTEGER, flops_g REAL, params_m REAL, step_s REAL,
@@ -53,46 +59,12 @@ CREATE TABLE IF NOT EXISTS models (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, json TEXT NOT NULL);
 """
 _UPDATABLE = ("name", "state", "workers", "pid", "exit_code", "started_at", "finished_at",
-              "log_path", "supervisor", "reason", "token_digest")  # fmt: skip
+              "log_path", "supervisor", "reason", "token_digest", "iteration")  # fmt: skip
 _DAMAGED = ("move it aside (mv {path} {path}.damaged) and start the daemon again: running "
             "jobs re-attach to the new one, the history in the old file is kept there")
 
 
-@dataclass(frozen=True)
-class JobRecord:
-    """One row of ``jobs``: the spec as submitted and what the daemon has made of it."""
-
-    id: str
-    name: str
-    spec: JobSpec
-    state: str
-    token_digest: str
-    workers: int | None
-    pid: int | None
-    exit_code: int | None
-    submitted_at: float
-    started_at: float | None
-    finished_at: float | None
-    log_path: str | None
-    origin: str
-    supervisor: str | None = None
-    reason: str | None = None
-
-
-def valid_sample(sample: TrainingSample | LoadingSample) -> bool:
-    """Whether a measured sample is one the TPM may learn from: finite, positive, in bounds."""
-    if isinstance(sample, TrainingSample):
-        numbers = (sample.flops_g, sample.params_m, sample.step_s)
-        return (all(math.isfinite(x) and x > 0 for x in numbers)
-                and 0 < sample.batch_size <= limits.MAX_BATCH
-                and 0 < sample.gpus <= limits.MAX_GPUS and sample.step_s <= limits.MAX_STEP_S)
-    if isinstance(sample, LoadingSample):
-        return (math.isfinite(sample.loading_rate) and 0 < sample.loading_rate <= limits.MAX_RATE
-                and 0 < sample.job_workers <= sample.node_workers <= 64 * limits.MAX_WORKERS)
-    return False
-
-
-class Store:
+class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
     """SQLite-backed state of one daemon (``path`` is created with its parent folders).
 
     ``digest`` turns a v1 database's clear tokens into digests when it is opened."""
@@ -124,9 +96,14 @@ class Store:
                 if version == 1:
                     self._migrate_v1()
                 self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+                columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
+                if "iteration" not in columns:  # added within schema 2: older daemons ignore it
+                    self._db.execute("ALTER TABLE jobs ADD COLUMN iteration INTEGER")
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._jobs = {row[0]: _record(row) for row in self._db.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY id")}
+            held = ",".join("?" * len(TERMINAL))
+            self._jobs = {row[0]: record_of(row) for row in self._db.execute(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE state NOT IN ({held}) ORDER BY id",
+                TERMINAL)}
         except sqlite3.Error as exc:
             self._db.close()
             why = " ".join(str(exc).replace("*** in database main ***", "").split())
@@ -239,9 +216,12 @@ class Store:
         with self._transaction() as db:
             if job_id is None:
                 (last,) = db.execute(
-                    "SELECT COALESCE(MAX(CAST(substr(id, 3) AS INTEGER)), 0) FROM jobs "
-                    "WHERE id GLOB 'j-[0-9]*'").fetchone()
+                    "SELECT MAX(COALESCE((SELECT value FROM meta WHERE key = 'last_job'), 0), "
+                    "COALESCE((SELECT MAX(CAST(substr(id, 3) AS INTEGER)) FROM jobs "
+                    "WHERE id GLOB 'j-[0-9]*'), 0))").fetchone()
                 job_id = f"j-{last + 1:06d}"
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_job', ?)",
+                           (last + 1,))
             db.execute(
                 "INSERT INTO jobs (id, name, spec, state, token_digest, submitted_at, origin, "
                 "supervisor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -265,19 +245,38 @@ class Store:
                 db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
             if job_id in self._jobs:
                 self._jobs[job_id] = replace(self._jobs[job_id], **fields)
-        return self._jobs.get(job_id)
+        return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        return self._jobs.get(job_id)
+        """A held job from memory; one of the history from the file; None if unknown."""
+        held = self._jobs.get(job_id)
+        if held is not None:
+            return held
+        rows = self._query(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        return record_of(rows[0], trusted=True) if rows else None
+
+    def held(self, job_id: str) -> bool:
+        """Whether the job's record is held in memory (the daemon still manages it)."""
+        return job_id in self._jobs
+
+    def release(self, job_id: str) -> None:
+        """The job has ended for good: its record stays in the file only."""
+        self._jobs.pop(job_id, None)
 
     def list_jobs(self, states: Iterable[str] | None = None) -> list[JobRecord]:
-        """Jobs in id order, optionally only those in ``states``."""
+        """Every stored job in id order (the history read from the file), optionally only
+        those in ``states``; for a page of them, ``job_page``."""
         with self._lock:
-            jobs = sorted(self._jobs.values(), key=lambda r: r.id)
+            rows = self._query(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id")
+            jobs = [self._jobs.get(row[0]) or record_of(row, trusted=True) for row in rows]
         if states is None:
             return jobs
         wanted = set(states)
         return [job for job in jobs if job.state in wanted]
+
+    def state_counts(self) -> dict[str, int]:
+        """How many stored jobs are in each state."""
+        return dict(self._query("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
 
     # -- events ------------------------------------------------------------------------
     def add_event(self, job: str | None, kind: str, data: dict | None = None,
@@ -289,114 +288,6 @@ class Store:
                               json.dumps(data or {})))  # fmt: skip
             return int(cur.lastrowid)
 
-    def events(self, since_id: int = 0, limit: int = 500) -> list[dict]:
-        """Events with id > ``since_id``, oldest first, at most ``limit``."""
-        rows = self._query("SELECT id, t, job, kind, data FROM events WHERE id > ? "
-                           "ORDER BY id LIMIT ?", (since_id, max(0, limit)))  # fmt: skip
-        return [{"id": i, "t": t, "job": job, "kind": kind, "data": json.loads(data)}
-                for i, t, job, kind, data in rows]  # fmt: skip
-
-    def events_json(self, since_id: int = 0, limit: int = 500) -> bytes:
-        """``events(since_id, limit)`` as a JSON array, its ``data`` as stored (not parsed)."""
-        rows = self._query("SELECT id, t, job, kind, data FROM events WHERE id > ? "
-                           "ORDER BY id LIMIT ?", (since_id, max(0, limit)))  # fmt: skip
-        return ("[" + ",".join(
-            f'{{"id":{i},"t":{t!r},"job":{json.dumps(job)},"kind":{json.dumps(kind)},'
-            f'"data":{data}}}' for i, t, job, kind, data in rows) + "]").encode()
-
-    # -- samples -----------------------------------------------------------------------
-    def add_sample(self, job: str | None, sample: TrainingSample | LoadingSample,
-                   t: float | None = None) -> int:
-        """Store one TPM sample measured on ``job``; returns its id."""
-        return self.add_samples(job, [sample], t)[-1]
-
-    def add_samples(self, job: str | None, samples: Iterable[TrainingSample | LoadingSample],
-                    t: float | None = None) -> list[int]:
-        """Store several samples of one job in one transaction; returns their ids."""
-        return self.add_job_samples([(job, s) for s in samples], t)
-
-    def add_job_samples(self, samples: Iterable[tuple[str | None, TrainingSample |
-                                                        LoadingSample]],
-                        t: float | None = None) -> list[int]:
-        """Store (job, sample) pairs in one transaction; a sample that is not finite and in
-        bounds (``valid_sample``) is a ValueError and nothing is stored."""
-        t = time.time() if t is None else t
-        ids = []
-        with self._transaction() as db:
-            for job, s in samples:
-                if not isinstance(s, TrainingSample | LoadingSample):
-                    raise TypeError(f"not a sample: {s!r}")
-                if not valid_sample(s):
-                    raise ValueError(f"sample out of bounds: {s!r}")
-                if isinstance(s, TrainingSample):
-                    row = (t, job, "training", s.model, s.batch_size, s.gpus, s.flops_g,
-                           s.params_m, s.step_s, None, None, None)  # fmt: skip
-                else:
-                    row = (t, job, "loading", None, None, None, None, None, None,
-                           s.job_workers, s.node_workers, s.loading_rate)  # fmt: skip
-                cur = db.execute(
-                    "INSERT INTO samples (t, job, kind, model, batch_size, gpus, flops_g, "
-                    "params_m, step_s, job_workers, node_workers, loading_rate) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
-                ids.append(int(cur.lastrowid))
-        return ids
-
-    def samples(self, per_job: int | None = None, newest: int | None = None
-                ) -> tuple[list[TrainingSample], list[LoadingSample]]:
-        """Stored samples, oldest first: (training, loading); with ``per_job``, only each
-        job's newest that many of each kind, so no one job outweighs the node; with
-        ``newest``, only the newest that many of each kind (read as such, not cut after)."""
-        cut = "" if per_job is None else f"WHERE n <= {int(per_job)}"
-        limit = "" if newest is None else f"LIMIT {int(newest)}"
-        out = []
-        for kind in ("training", "loading"):
-            rows = self._query(
-                "SELECT model, batch_size, gpus, flops_g, params_m, step_s, job_workers, "
-                "node_workers, loading_rate FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
-                f"job ORDER BY id DESC) AS n FROM samples WHERE kind = ?) {cut} "
-                f"ORDER BY id DESC {limit}", (kind,))
-            if kind == "training":
-                found = [TrainingSample(batch_size=b, gpus=n, flops_g=f, params_m=m, step_s=s,
-                                        model=name or "")
-                         for name, b, n, f, m, s, *_ in reversed(rows)]
-            else:
-                found = [LoadingSample(job_workers=d, node_workers=total, loading_rate=rate)
-                         for *_, d, total, rate in reversed(rows)]
-            out.append([x for x in found if valid_sample(x)])
-        return out[0], out[1]
-
-    def prune_samples(self, per_job: int, per_kind: int) -> int:
-        """Forget samples a fit will never read: all but each job's newest ``per_job`` of
-        each kind, and all but the newest ``per_kind`` of each kind; returns how many went."""
-        with self._transaction() as db:
-            cur = db.execute(
-                "DELETE FROM samples WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() "
-                "OVER (PARTITION BY job, kind ORDER BY id DESC) AS n, ROW_NUMBER() OVER "
-                "(PARTITION BY kind ORDER BY id DESC) AS m FROM samples) WHERE n > ? OR m > ?)",
-                (int(per_job), int(per_kind)))
-            return cur.rowcount
-
-    def sample_counts(self) -> dict[str, int]:
-        """How many samples of each kind are stored: {"training": n, "loading": m}."""
-        return dict(self._query("SELECT kind, COUNT(*) FROM samples GROUP BY kind"))
-
-    # -- fitted models -----------------------------------------------------------------
-    def save_model(self, model_json: dict, t: float | None = None) -> int:
-        """Keep a fitted TPM (``ThroughputModel.to_json()``); returns its id."""
-        with self._transaction() as db:
-            cur = db.execute("INSERT INTO models (t, json) VALUES (?, ?)",
-                             (time.time() if t is None else t, json.dumps(model_json)))
-            return int(cur.lastrowid)
-
-    def latest_model(self) -> dict | None:
-        """The most recently saved model's JSON, or None."""
-        rows = self._query("SELECT json FROM models ORDER BY id DESC LIMIT 1")
-        return json.loads(rows[0][0]) if rows else None
-
-
-_JOB_COLUMNS = ("id, name, spec, state, token_digest, workers, pid, exit_code, submitted_at, "
-                "started_at, finished_at, log_path, origin, supervisor, reason")  # fmt: skip
-
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
     try:
@@ -404,22 +295,6 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
-
-
-def _record(row: tuple) -> JobRecord:
-    values = list(row)
-    try:
-        values[2] = JobSpec.model_validate_json(values[2])
-    except ValidationError:  # accepted under older bounds: kept as it was stored
-        try:
-            raw = json.loads(values[2])
-            features = raw.get("features")
-            if isinstance(features, dict):
-                raw["features"] = SpecFeatures.model_construct(**features)
-            values[2] = JobSpec.model_construct(**raw)
-        except (ValueError, TypeError, AttributeError):
-            raise StorageError(f"job {values[0]}: its stored spec is unreadable") from None
-    return JobRecord(*values)
 
 
 def _check(field: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -6,16 +6,23 @@ them; a group it cannot join is said in the log and the job runs unconfined), th
 that it started
 (``STATUS.started``, before the command can run: a daemon that finds no such file knows
 the job never ran), then starts COMMAND as its child (in its own process group, which the
-launcher made), waits for it and writes the exit status to STATUS atomically —
+launcher made), adds the job's own pid to ``STATUS.started`` (``job_pid``: what an operator
+signals), waits for it and writes the exit status to STATUS atomically —
 ``{"exit_code": n}`` or ``{"signal": s}`` — as kubelet's container runtime keeps a
 container's status. A daemon that is down when the job ends
 reads it on restart, so a job that ran to the end is never reported lost. The supervisor
 ignores the termination signals the launcher sends the group (they reach the job itself)
 and exits with the job's status. Standard library only: it starts in milliseconds.
+
+The job goes with its supervisor: it is started with the parent-death signal set to SIGKILL
+(Linux ``PR_SET_PDEATHSIG``), so a supervisor killed outright (``kill -9``, the OOM killer)
+takes its job along instead of leaving it to run with no one to record its exit; the daemon
+ends what is left of the group and records the ending (``daemon.node``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -24,7 +31,29 @@ import time
 
 from adloader.host.atomic import write_json
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# what the launcher (a cancel, an operator's ``cancel --signal``) may send the group: the
+# job gets each, the supervisor lives on to record how it ended
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+             signal.SIGUSR2, signal.SIGALRM)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with(parent: int):
+    """A ``preexec_fn``: the job gets SIGKILL when ``parent`` (its supervisor) dies; None
+    where the kernel has no such call (the daemon then ends the group itself)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the call: nothing would ever fire
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
 
 
 def write_status(path: str, status: dict) -> None:
@@ -56,12 +85,17 @@ def main(argv: list[str]) -> int:
     for sig in FORWARDED:  # a handler, not SIG_IGN: exec resets it, so the job gets default
         signal.signal(sig, lambda *_: None)
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, preexec_fn=_die_with(os.getpid()))  # noqa: PLW1509
     except (OSError, ValueError) as exc:
         message = f"cannot start {command[0]!r}: {getattr(exc, 'strerror', None) or exc}"
         print(f"adloader: {message}", file=sys.stderr, flush=True)
         write_status(status, {"exit_code": 127, "error": message, "t": time.time()})
         return 127
+    try:  # the job's own pid, beside the supervisor's: what an operator signals
+        write_status(f"{status}.started", {"pid": os.getpid(), "job_pid": child.pid,
+                                           "t": time.time()})
+    except OSError as exc:
+        print(f"adloader: cannot record the job's pid: {exc}", file=sys.stderr, flush=True)
     code = child.wait()
     result = {"signal": -code} if code < 0 else {"exit_code": code}
     write_status(status, {**result, "pid": child.pid, "t": time.time()})

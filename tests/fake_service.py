@@ -9,8 +9,9 @@ import threading
 
 from pydantic import TypeAdapter
 
+from adloader.daemon.history import EVENT_CURSOR, JOB_CURSOR, decode_cursor, encode_cursor
 from adloader.errors import InputError
-from adloader.rest import JobSpec, JobView
+from adloader.rest import EventQuery, JobQuery, JobSpec, JobView
 
 TOKEN = "s3cret-token"
 
@@ -68,11 +69,25 @@ class FakeService:
         return {"policy": "optimal", "capacity": 16,
                 "jobs": {j: v.workers or 0 for j, v in self._jobs.items()}}  # fmt: skip
 
-    def jobs_json(self) -> bytes:
-        return TypeAdapter(list[JobView]).dump_json(self.jobs())
+    def jobs_page(self, query: JobQuery) -> tuple[bytes, str | None]:
+        self._check()
+        after = decode_cursor(JOB_CURSOR, query.cursor) if query.cursor else ""
+        found = [v for k, v in sorted(self._jobs.items()) if k > after
+                 and (not query.state or v.state in query.state)
+                 and query.name in (None, v.name)]
+        page = found[:query.limit]
+        more = len(found) > query.limit
+        return (TypeAdapter(list[JobView]).dump_json(page),
+                encode_cursor(JOB_CURSOR, page[-1].id) if more else None)
 
-    def events_json(self, since: int, limit: int) -> bytes:
-        return json.dumps(self.events(since, limit)).encode()
+    def events_page(self, query: EventQuery) -> tuple[bytes, str]:
+        after = query.since
+        if query.cursor:
+            after = max(after, decode_cursor(EVENT_CURSOR, query.cursor))
+        page = [e for e in self.events(after, query.limit)
+                if not query.kind or e["kind"] in query.kind]
+        return json.dumps(page).encode(), encode_cursor(EVENT_CURSOR,
+                                                        page[-1]["id"] if page else after)
 
     def events(self, since: int, limit: int) -> list[dict]:
         self._check()

@@ -63,7 +63,10 @@ def replay(trace: Trace, call: Callable, *, time_scale: float = 1.0,
             if job.workers is not None:
                 body["workers"] = job.workers
             ids[job.name] = call("POST", rest.JOBS, json=body).json()["id"]
-        views = {v["id"]: v for v in call("GET", rest.JOBS).json() if v["id"] in ids.values()}
+        # the jobs submitted since the replay began, one request (a plain listing pages
+        # oldest first: a long-lived daemon's first page is its history)
+        listed = call("GET", f"{rest.JOBS}?since={start - 1:.3f}&limit={rest.PAGE_MAX}").json()
+        views = {v["id"]: v for v in listed if v["id"] in ids.values()}
         done = sum(v["state"] in FINAL for v in views.values())
         if progress:
             progress.update(task, completed=done,

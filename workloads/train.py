@@ -11,9 +11,10 @@ take turns — one GPU's steps serialised. The two lines that put it under the d
 
 The baselines users run without adloader (issue 23) are the same job on torch's own
 ``torch.utils.data.DataLoader``, not under any daemon: ``--loader torch --workers N`` (a fixed
-``num_workers``) or ``--loader torch --autotune`` (``workloads.autotune``: the job tunes its
-own count). ``--report FILE`` writes what the job measured of itself as one JSON object: its
-training loop's start and end (wall clock), rate, time blocked on the loader, workers.
+``num_workers``) or ``--loader torch --autotune`` (``adloader.scheduling.autotune``: the job
+tunes its own count). ``--report FILE`` writes what the job measured of itself as one JSON
+object: its training loop's start and end (wall clock), rate, time blocked on the loader,
+workers.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from adloader.client.loader import ElasticDataLoader
 from adloader.errors import InputError
 from adloader.host.atomic import atomic_path
 from adloader.models import build, features
+from adloader.scheduling.autotune import Autotuner
 from adloader.sim.device_profile import load_profile
-from adloader.workloads.autotune import Autotuner
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 
 

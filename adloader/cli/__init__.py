@@ -43,6 +43,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="adloader",
         description="Share a node's data-loading workers among its training jobs.",
     )
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     command = ALIASES.get(command, command)
     if command in COMMANDS:
@@ -56,7 +57,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command)
+    try:
+        parser = build_parser(command)
+    except ModuleNotFoundError as exc:
+        return _missing(exc, command)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -64,12 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_outputs(args)
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        return _missing(exc, command)
     except (InputError, StorageError, DaemonBusy) as exc:
         return _error(exc, 2)
     except DaemonUnavailable as exc:  # not the user's fault
         return _error(exc, 1)
     except KeyboardInterrupt:
         return 130
+
+
+def _version() -> str:
+    """``adloader 0.1.0 (commit 1a2b3c4, Python 3.12.3)``: what a bug report needs."""
+    from adloader.version import build_info
+
+    info = build_info()
+    commit = f"commit {info['commit']}, " if info["commit"] else ""
+    return f"adloader {info['version']} ({commit}Python {info['python']})"
 
 
 def _check_outputs(args) -> None:
@@ -81,6 +96,22 @@ def _check_outputs(args) -> None:
             folder = Path(path).expanduser().resolve().parent
             if not folder.is_dir():
                 raise InputError(f"--{flag} {path}: the folder {folder} does not exist")
+
+
+# what `pip install "adloader[daemon]"` adds (pyproject.toml), by import name
+DAEMON_EXTRA = ("sklearn", "scipy", "matplotlib", "rich", "PIL", "fastapi", "uvicorn", "httpx",
+                "prometheus_client", "starlette")
+
+
+def _missing(exc: ModuleNotFoundError, command: str | None) -> int:
+    """A command of the daemon's side on the job side's install (``pip install adloader``):
+    one line naming the extra; any other missing module is a bug, raised as it is."""
+    name = (exc.name or "").split(".")[0]
+    if name not in DAEMON_EXTRA:
+        raise exc
+    print(f"adloader: error: `adloader {command or ''}` needs the daemon's packages (no module "
+          f"named {name!r}): pip install \"adloader[daemon]\"", file=sys.stderr)
+    return 1
 
 
 def _error(exc: Exception, code: int) -> int:

@@ -31,6 +31,7 @@ from .bench_data import (  # the data-path benches
 )
 from .bench_live import api_flags, bench_api, bench_live, bench_startup, live_flags
 from .bench_multinode import bench_multinode
+from .bench_soak import bench_soak, soak_flags
 
 Flags = Callable[[argparse.ArgumentParser], None]
 
@@ -56,6 +57,13 @@ def bench_tpm(args) -> int:
     return 0
 
 
+def bench_declared(args) -> int:
+    from adloader.sim.declared import declared_benchmark
+
+    names = tuple(n.strip() for n in args.mixes.split(",") if n.strip()) if args.mixes else None
+    return declared_benchmark(args.profile, args.seed, args.truth, names, args.json)
+
+
 def bench_allocation(args) -> int:
     return report.allocation_benchmark(args.jobs, args.capacity, args.json)
 
@@ -63,6 +71,32 @@ def bench_allocation(args) -> int:
 def bench_mixes(args) -> int:
     return report.mixes_benchmark(*_options.simulation_setup(args), args.mixes, args.seed,
                                   args.jobs, args.rate, args.json)
+
+
+def bench_install(args) -> int:
+    """A slim install's costs: ftf's and jct's loops in Python against the compiled ones per
+    planner decision (same decisions, checked), and the client's import over torch's."""
+    from adloader.bench.install import run_install_bench
+
+    result = run_install_bench(quick=args.quick)
+    rows = [[r["loops"], str(r["decisions"]), f"{r['median_ms']:.2f}", f"{r['p90_ms']:.2f}",
+             f"{r['max_ms']:.1f}", f"{r['x_compiled']:.2f}", f"{r['cpu_median_ms']:.2f}",
+             f"{r['cpu_x_compiled']:.2f}"] for r in result["planner"]]
+    out = _output.console()
+    out.print(_output.table(
+        f"ftf planner decisions in the simulator, {result['planner'][0]['traces']} traces "
+        "(baseline: the compiled loops, same run; same decisions)",
+        ["loops", "decisions", "median ms", "p90 ms", "max ms", "× compiled (median)",
+         "CPU median ms", "CPU × compiled"], rows))
+    for r in result["arrival"]:
+        out.print(f"one ftf call, {r['case']}, {r['loops']} loops: {r['median_ms']:.2f} ms "
+                  f"median ({r['cpu_median_ms']:.2f} ms CPU)")
+    imp = result["client_import"]
+    out.print(f"the client's import after `import torch`: {imp['median_ms']:.0f} ms median, "
+              f"{imp['min_ms']:.0f} ms min over {imp['rounds']} interpreters; heavy modules "
+              f"loaded: {', '.join(imp['heavy_loaded']) or 'none'}")
+    _output.save(args.json, result)
+    return 0
 
 
 # -- each bench's flags -------------------------------------------------------------------
@@ -108,6 +142,11 @@ BENCHMARKS: dict[str, Bench] = {
         _flag("--mixes", type=int, default=10, help="random mixes (default 10)"),
         _flag("--rate", type=float, default=1 / 60,
               help="Poisson arrivals per second (default one a minute)"), JSON)),
+    "declared": Bench(bench_declared, "the declared space of mixes: where coordination gains, "
+                                      "ties or costs against no daemon, simulated", (
+        _sim("--profile", "--seed", "--truth"),
+        _flag("--mixes", default=None,
+              help="declared mixes, comma-separated (default: every one)"), JSON)),
     "live": Bench(bench_live, "the static mix as real jobs under real daemons",
                   (QUICK, live_flags, JSON_PLOT)),
     "api": Bench(bench_api, "REST latency, daemon memory and CPU with N heartbeating masters",
@@ -137,7 +176,11 @@ BENCHMARKS: dict[str, Bench] = {
         JSON)),
     "storage": Bench(bench_storage, "epoch time over slow storage with the node's RAM cache",
                      (QUICK, JSON)),
+    "soak": Bench(bench_soak, "a daemon through N jobs: its memory, read latency and a store "
+                              "bounded by retention", (QUICK, soak_flags, JSON)),
     "startup": Bench(bench_startup, "the command line's start-up time", (QUICK, JSON)),
+    "install": Bench(bench_install, "an install without a compiler: the Python loops per "
+                                    "planner decision, and the client's import", (QUICK, JSON)),
     "loaders": Bench(bench_loaders, "ElasticDataLoader beside torch, torchdata and SPDL loaders",
                      (QUICK, _flag("--workers", type=_options.counts, default=None,
                                    help="worker counts, a row each (default 1,2,4)"),

@@ -90,7 +90,13 @@ def _live_config(args):
 def bench_live(args) -> int:
     """The static mix as real jobs under a real daemon, one run per policy."""
     from adloader.bench.live import run_live_bench
-    from adloader.bench.live_report import job_rows, model_rows, summary_rows, write_report
+    from adloader.bench.live_report import (
+        floor_text,
+        job_rows,
+        model_rows,
+        summary_rows,
+        write_report,
+    )
     from adloader.sim.report import frontier_table, limits_text
 
     console = _output.console()
@@ -111,7 +117,8 @@ def bench_live(args) -> int:
         "CPU-seconds of the daemon (its start-up left out), supervisors and masters per "
         "training-second; no daemon: "
         "torch's own DataLoader, placed as the daemon places (even@trace: on the trace's own "
-        "GPUs); best fixed: the shortest of requested, even and cores in the same round; "
+        "GPUs); best fixed: of requested, even and cores, the one with the least median (per "
+        "figure), paired round by round; "
         "targets (issue 23): makespan ≤ 1.00× best fixed and ≤ 0.95× requested, mean JCT "
         "≤ 1.00× best fixed")
     console.print(_output.table(
@@ -125,6 +132,8 @@ def bench_live(args) -> int:
             "pipeline measured alone, shared by workers; surface: the pipelines measured side "
             "by side (truth measured); kernel, sleeping workers yield their CPU; static, the "
             "model's own assumption", *model_rows(sims)))
+    if result.get("floor"):
+        console.print(f"  measured: {floor_text(result['floor'])}")
     truth = "this node's measured profile as the truth, against balance simulated on it"
     for line in limits_text(result["limits"], truth):
         console.print(line)

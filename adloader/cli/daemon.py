@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import signal
 import socket
@@ -46,10 +45,13 @@ def _daemon(args) -> int:
         return _detach(args)
     import uvicorn
 
+    from adloader.daemon import logs
     from adloader.daemon.api import create_app
     from adloader.daemon.node import Node
     from adloader.daemon.state_lock import StateLock
+    from adloader.daemon.systemd import Notifier
 
+    notifier = Notifier.from_environment()  # taken out of the environment the jobs inherit
     config = _settings(args)
     if not is_loopback(config.host) and not config.token_path.exists():
         raise InputError(f"refusing to listen on {config.host} (not loopback) without a token "
@@ -61,24 +63,32 @@ def _daemon(args) -> int:
         rest = _serve_socket(config.host, config.port)
         token, _ = ensure_token(config.token_path)
         metrics_token, _ = ensure_token(config.metrics_token_path)
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        logs.configure(args.log_level, args.log_format)
         node = Node(config)
         try:
             node.start()
             port = rest.getsockname()[1]
             gpus = f"{node.gpus} GPUs" + (" (none found: emulated)" if node.gpus_emulated
                                           else "")
-            print(f"adloader daemon: REST http://{config.host}:{port} (token in "
-                  f"{config.token_path}), control {config.control_endpoint}, "
-                  f"{node.capacity} workers, {gpus}, policy {config.policy}", flush=True)
+            logs.say(f"adloader daemon: REST http://{config.host}:{port} (token in "
+                     f"{config.token_path}), control {config.control_endpoint}, "
+                     f"{node.capacity} workers, {gpus}, policy {config.policy}",
+                     args.log_format)
             app = create_app(node, token, metrics_token, config.metrics_on_loopback)
-            server = _Server(uvicorn.Config(app, log_level="warning"))
+            server = _Server(uvicorn.Config(app, log_level="warning", log_config=None))
+
+            def ready() -> None:  # serving: systemd may start what comes after the daemon
+                notifier.ready(f"serving on {config.host}:{port}")
+                notifier.watchdog(node.alive)
+
+            server.on_started = ready
             server.run(sockets=[rest])
+            notifier.stopping()
         finally:
             node.stop()
     finally:
         lock.release()
-    print("adloader daemon: stopped; running jobs keep training", flush=True)
+    logs.say("adloader daemon: stopped; running jobs keep training", args.log_format)
     return 0
 
 
@@ -101,7 +111,7 @@ def _detach(args) -> int:
     config = _settings(args)
     config.state_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = config.state_path / "daemon.log"
-    argv = ["daemon"]
+    argv = ["daemon", "--log-level", args.log_level, "--log-format", args.log_format]
     for flag, dest in FLAGS.items():  # the same settings, in the foreground of its own session
         value = getattr(args, dest, None)
         if value is True:  # a switch
@@ -180,6 +190,13 @@ def _server_class():
         """uvicorn, whose SIGTERM/SIGINT end a graceful shutdown and exit 0 (uvicorn itself
         re-raises the signal afterwards, which ends the process with signal status)."""
 
+        on_started = None  # called once it serves (the daemon tells systemd)
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and self.on_started is not None:
+                self.on_started()
+
         @contextlib.contextmanager
         def capture_signals(self):
             if threading.current_thread() is not threading.main_thread():
@@ -236,6 +253,11 @@ SETTINGS = {
                         "one dataset, split among datasets by predicted hits (0 = none)"),
     "--cpu-shares": ("cpu_shares", str, "put each job in a cgroup of its own under this parent "
                      "(e.g. adloader), its CPU weight following its workers (needs root)"),
+    "--retain-days": ("retain_days", float, "days ended jobs, their events and logs are kept "
+                      "(default 7)"),
+    "--retain-jobs": ("retain_jobs", int, "ended jobs kept at most, the oldest pruned first "
+                      "(default 10000)"),
+    "--retain-events": ("retain_events", int, "events kept at most (default 200000)"),
 }
 FLAGS = {"--config": "config", **{flag: dest for flag, (dest, *_) in SETTINGS.items()}}
 
@@ -249,6 +271,12 @@ def register(sub) -> None:
                            help=text)
         else:
             p.add_argument(flag, dest=dest, type=kind, default=None, help=text)
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   default="info", help="the daemon's log: least severe level shown "
+                                        "(default info)")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="the daemon's log: text lines, or one JSON object a line "
+                        "(time, level, logger, message)")
     p.add_argument("-d", "--detach", action="store_true",
                    help="run in the background; return once it answers")
     p.add_argument("--stop", action="store_true",

@@ -47,10 +47,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("jobs", parents=[common], help="list the daemon's jobs")
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    p.add_argument("--state", action="append", default=[], metavar="STATE",
+                   help="only jobs in this state (repeatable, or comma-separated: "
+                        "running,paused)")
     p.set_defaults(func=_jobs)
 
     p = sub.add_parser("cancel", parents=[common], help="cancel a job")
     p.add_argument("job", metavar="ID", help="job id, e.g. j-000001")
+    p.add_argument("--signal", metavar="SIG",
+                   help="send a launched job's processes SIG now (TERM, INT, KILL, 9…) "
+                        "instead of asking it to stop at its next batch boundary")
     p.set_defaults(func=_cancel)
 
     p = sub.add_parser("pause", parents=[common], help="suspend a running job")
@@ -163,15 +169,28 @@ def jobs_table(jobs: list[dict]):
             _model_or_features(spec), _or_dash(spec.get("batch_size")),
             _or_dash(spec.get("gpus")), _or_dash(job.get("workers")),
             _or_dash(job.get("iteration")), _or_dash(job.get("throughput"), "{:.1f}"),
-            _when(job.get("submitted_at")), _or_dash(job.get("exit_code"))])
+            _when(job.get("submitted_at")), _or_dash(job.get("exit_code")),
+            _or_dash(job.get("pid")), _or_dash(job.get("supervisor_pid"))])
     return _output.table(f"{len(jobs)} job{'s' * (len(jobs) != 1)}",
                          ["id", "name", "state", "model", "batch", "GPUs", "workers",
-                          "iteration", "samples/s", "submitted", "exit"], rows, left=4)
+                          "iteration", "samples/s", "submitted", "exit", "pid",
+                          "supervisor"], rows, left=4)
+
+
+def _states(given: list[str]) -> list[str]:
+    """``--state`` values, checked here: a typo is named before the daemon is asked."""
+    from adloader.rest import JOB_STATES
+
+    states = [part.strip() for value in given for part in value.split(",") if part.strip()]
+    for state in states:
+        if state not in JOB_STATES:
+            raise InputError(f"--state {state!r}: not one of {', '.join(JOB_STATES)}")
+    return states
 
 
 def _jobs(args: argparse.Namespace) -> int:
     with _options.client(args) as client:
-        jobs = [j.model_dump(mode="json") for j in client.jobs()]
+        jobs = [j.model_dump(mode="json") for j in client.jobs(_states(args.state))]
     if args.json:
         print(json.dumps(jobs, indent=2))
     else:
@@ -180,9 +199,14 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    if args.signal is not None:
+        from adloader.rest import signal_number
+
+        signal_number(args.signal)  # a bad name is said before the daemon is asked
     with _options.client(args) as client:
-        job = client.cancel(args.job)
+        job = client.cancel(args.job, args.signal)
     ending = "" if job.state in ("cancelled", "finished", "failed", "lost") else \
+        f" (sent {args.signal.upper()})" if args.signal else \
         " (asked to stop at its next batch boundary)"
     print(f"cancelled {job.id} ({job.name}): {job.state}{ending}")
     return 0

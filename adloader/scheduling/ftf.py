@@ -37,8 +37,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from adloader.scheduling import loops
 from adloader.scheduling.fair import DEFAULT_ALPHA, balance_plan, check_alpha, fair
-from adloader.scheduling.ftf_kernel import balance_run
 from adloader.scheduling.policy import Decision, Policy
 from adloader.scheduling.priority_plan import Rows
 from adloader.scheduling.shadow_balance import ShadowBalance
@@ -62,9 +62,9 @@ def balance_ends(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray,
                  capacity: int) -> np.ndarray:
     """Each job's completion from now were balance to run the jobs present to the end."""
     rows = Rows.of(np.asarray(table, dtype=float), capacity)
-    ends, _ = balance_run(np.ascontiguousarray(mu, dtype=np.float64),
-                          np.ascontiguousarray(remaining, dtype=np.float64), rows.table,
-                          rows.capacity, 0.0, np.inf)
+    ends, _ = loops.balance_run(np.ascontiguousarray(mu, dtype=np.float64),
+                                np.ascontiguousarray(remaining, dtype=np.float64), rows.table,
+                                rows.capacity, 0.0, np.inf)
     return ends
 
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from adloader.scheduling import loops
 from adloader.scheduling.fair import DEFAULT_ALPHA, balance_plan, balance_rates, fair_targets
-from adloader.scheduling.jct_kernel import jct_plan
 
 
 def jct(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA) -> dict[str, int]:
@@ -37,8 +37,8 @@ def jct(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA) ->
     remaining = np.array([max(float(getattr(j, "remaining", 0.0) or 0.0), 1.0) for j in jobs])
     floor = fair_targets(balance_rates(mu, capacity, table), alpha) if alpha > 0 else \
         np.zeros(n)
-    plan = jct_plan(mu, remaining, np.ascontiguousarray(floor, dtype=np.float64), alpha > 0,
-                    table, int(capacity))
+    plan = loops.jct_plan(mu, remaining, np.ascontiguousarray(floor, dtype=np.float64),
+                          alpha > 0, table, int(capacity))
     if plan is None:  # numerical edge: balance is always fair
         plan = balance_plan(n, capacity)
     return dict(zip((j.name for j in jobs), plan.tolist(), strict=True))

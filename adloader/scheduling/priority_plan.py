@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from adloader.scheduling import ftf_kernel
+from adloader.scheduling import loops
 
 LINEAR_TOL = 1e-9  # relative: a row is linear when every step equals its first within this
 
@@ -80,14 +80,14 @@ class Rows:
 
     def plan(self, mu: np.ndarray, rho: float = 0.99) -> np.ndarray:
         """The priority plan of jobs ``mu`` (B·μ, in priority order)."""
-        return ftf_kernel.plan(np.ascontiguousarray(mu, dtype=np.float64), float(rho),
-                               self.table, self.capacity, self.linear, self.a, self.g)
+        return loops.plan(np.ascontiguousarray(mu, dtype=np.float64), float(rho),
+                          self.table, self.capacity, self.linear, self.a, self.g)
 
     def forward(self, mu: np.ndarray, remaining: np.ndarray, order, window: float = 0.0,
                 rho: float = 0.99) -> tuple[np.ndarray, np.ndarray]:
-        """``ftf_kernel.forward`` on these rows."""
-        return ftf_kernel.forward(np.ascontiguousarray(mu, dtype=np.float64),
-                                  np.ascontiguousarray(remaining, dtype=np.float64),
-                                  self.table, self.capacity,
-                                  np.ascontiguousarray(order, dtype=np.int64), float(window),
-                                  float(rho), self.linear, self.a, self.g)
+        """``forward`` of the loops (``adloader.scheduling.loops``) on these rows."""
+        return loops.forward(np.ascontiguousarray(mu, dtype=np.float64),
+                             np.ascontiguousarray(remaining, dtype=np.float64),
+                             self.table, self.capacity,
+                             np.ascontiguousarray(order, dtype=np.int64), float(window),
+                             float(rho), self.linear, self.a, self.g)

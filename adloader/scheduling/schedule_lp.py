@@ -106,3 +106,90 @@ def best_schedule(samples: Sequence[float], options: Options,
             if value > best["sum"]:
                 best.update(sum=value, order=list(order), ends=[float(x) for x in c])
     return best
+
+
+def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[float],
+                   gpu_ids: Sequence[Sequence[int]] | None = None,
+                   gpus: Sequence[int] | None = None, node_gpus: int = 0) -> dict:
+    """A floor under every schedule's mean completion time, jobs all present at t = 0.
+
+    The rates any schedule can run lie in R = {r ≥ 0 : Σ_i r_i ≤ L, and on every GPU g
+    Σ_{i on g} τ_i·r_i ≤ 1}: the node loads at most ``loading`` = L samples/s whatever its
+    workers (the peak of L(D)), and a GPU is busy at most all the time (τ_i = ``gpu_s``, GPU
+    seconds a sample of job i; co-location that slows jobs only shrinks R). For a completion
+    order π, phase k lasts t_k and job i loads y_{k,i} samples in it with y_k ∈ t_k·R, so
+    min Σ C_i is a linear program; the least over every order bounds every schedule — any
+    allocation, changing at any instant, oversubscribed or not. Also the least makespan.
+
+    Without ``gpu_ids`` (any placement): each job's own GPUs are busy at most all the time,
+    τ_i·r_i ≤ 1, and the node's ``node_gpus`` GPUs at most all of theirs, Σ_i g_i·τ_i·r_i ≤
+    G (g_i = ``gpus``, the job's GPU count) — looser, and true of every placement.
+    """
+    from scipy.optimize import linprog
+
+    s = np.asarray(samples, dtype=float)
+    n = len(s)
+    if n == 0 or n > 7:
+        raise InputError(f"least_mean_jct: 1 to 7 jobs (it tries every order), got {n}")
+    if gpu_ids is None:  # any placement: a GPU of its own per job, the node's in all
+        if gpus is None or len(gpus) != n or node_gpus < 1:
+            raise InputError("least_mean_jct: without gpu_ids, every job's GPU count and the "
+                             "node's GPUs")
+        members = [[i] for i in range(n)] + [list(range(n))]
+        weight = [[gpu_s[i]] for i in range(n)] + [[gpus[i] * gpu_s[i] for i in range(n)]]
+        limit = [1.0] * n + [float(node_gpus)]
+    else:
+        if len(gpu_ids) != n:
+            raise InputError("least_mean_jct: gpu_ids for every job")
+        on = sorted({g for ids in gpu_ids for g in ids})
+        members = [[i for i in range(n) if g in gpu_ids[i]] for g in on]
+        weight = [[gpu_s[i] for i in m] for m in members]
+        limit = [1.0] * len(on)
+    if loading <= 0 or np.any(s <= 0) or len(gpu_s) != n:
+        raise InputError("least_mean_jct: loading > 0, and samples and gpu_s for every job")
+    best: dict = {"mean_jct": np.inf, "order": None, "ends": None}
+    for order in itertools.permutations(range(n)):
+        # variables: t_0..t_{n-1}, then y_{k,i} for k in phases, i in range(n)
+        width = n + n * n
+        rows, rhs = [], []
+
+        def y(k: int, i: int) -> int:
+            return n + k * n + i
+
+        pos = {job: k for k, job in enumerate(order)}
+        bounds = [(0, None)] * n + [(0, None) if k <= pos[i] else (0, 0)
+                                    for k in range(n) for i in range(n)]
+        for k in range(n):
+            row = np.zeros(width)  # Σ_i y_{k,i} ≤ L·t_k
+            row[[y(k, i) for i in range(n)]] = 1.0
+            row[k] = -loading
+            rows.append(row)
+            rhs.append(0.0)
+            for m, w, cap in zip(members, weight, limit, strict=True):
+                row = np.zeros(width)  # GPU time: Σ_{i on g} τ_i·y_{k,i} ≤ cap·t_k
+                for i, tau in zip(m, w, strict=True):
+                    row[y(k, i)] = tau
+                row[k] = -cap
+                rows.append(row)
+                rhs.append(0.0)
+        for i in range(n):  # done by its phase: Σ_k y_{k,i} ≥ S_i
+            row = np.zeros(width)
+            row[[y(k, i) for k in range(pos[i] + 1)]] = -1.0
+            rows.append(row)
+            rhs.append(-s[i])
+        cost = np.zeros(width)  # Σ_i C_i = Σ_k (n − k)·t_k
+        cost[:n] = [n - k for k in range(n)]
+        res = linprog(cost, A_ub=np.array(rows), b_ub=np.array(rhs), bounds=bounds,
+                      method="highs")
+        if res.status != 0:
+            continue
+        mean = float(res.fun) / n
+        if mean < best["mean_jct"] - 1e-12:
+            t = res.x[:n]
+            ends = np.cumsum(t)
+            best.update(mean_jct=mean, order=list(order),
+                        ends=[float(ends[pos[i]]) for i in range(n)])
+    busy = [sum(tau * s[i] for i, tau in zip(m, w, strict=True)) / cap
+            for m, w, cap in zip(members, weight, limit, strict=True)]
+    best["makespan"] = float(max([s.sum() / loading, *busy]))
+    return best

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adloader.scheduling.ftf_kernel import balance_run
+from adloader.scheduling import loops
 
 EPS = 1e-9
 
@@ -45,8 +45,8 @@ class ShadowBalance:
             return {}
         cap = np.array([self.jobs[k].cap for k in names], dtype=np.float64)
         left = np.array([self.jobs[k].left for k in names], dtype=np.float64)
-        end, left = balance_run(cap, left, self.table, self.capacity, float(self.t),
-                                float(until))
+        end, left = loops.balance_run(cap, left, self.table, self.capacity, float(self.t),
+                                      float(until))
         ends = {k: float(e) for k, e in zip(names, end, strict=True) if np.isfinite(e)}
         if commit:
             for k, rest, e in zip(names, left, end, strict=True):

@@ -2,13 +2,19 @@
 the daemon's policies, on one truth.
 
 No daemon means no arrival or completion buffer and no capacity cap: each job runs from its
-arrival with a fixed ``num_workers`` — the trace's own (``requested``), the node's loading
-workers split evenly (``even``), or the node's cores each (``cores``) — and the CPU is shared
-as ``cpu_sharing`` says (``kernel``: sleeping workers yield, as a Linux node does; ``static``:
-the model's own assumption). The policies run as the daemon runs them: its buffers, its
-capacity, reallocation, on the same truth. Every ratio is against ``even`` in the same call,
-and the makespan here runs from the first arrival (the simulator's own ``makespan_s`` starts
-at the first job's start, which leaves the daemon's arrival buffer out).
+arrival with a fixed ``num_workers`` — the trace's own (``requested``), the node's workers
+split evenly (``even``), or the node's cores each (``cores``) — or with its own autotuner
+(``autotune``: ``adloader.sim.autotuned``, the tuner the live baseline runs), and the CPU is
+shared as ``cpu_sharing`` says (``kernel``: sleeping workers yield, as a Linux node does;
+``static``: the model's own assumption). The policies run as the daemon runs them: its
+buffers, reallocation, on the same truth, and its capacity as ``adloader daemon`` takes it by
+default — the node's cores (``base.capacity`` when given); ``even`` splits the same count.
+
+Every ratio is against ``even`` in the same call, and against the best fixed setting: per
+figure, the least of ``requested``, ``even`` and ``cores`` (the simulation is exact, so a
+minimum is not a biased pick of noise). The makespan here runs from the first arrival (the
+simulator's own ``makespan_s`` starts at the first job's start, which leaves the daemon's
+arrival buffer out).
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace
 
-SETTINGS = ("requested", "even", "cores")
+SETTINGS = ("requested", "even", "cores")  # fixed num_workers
+AUTOTUNE = "autotune"
+FIGURES = ("makespan_s", "mean_jct_s", "worst_jct_s")
 
 
 def fixed_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict[str, int]:
@@ -32,7 +40,9 @@ def compare(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
             policies: tuple[str, ...] = ("balance", "ftf"),
             cpu_sharing: str = "kernel") -> list[dict]:
     """Each no-daemon setting and each policy once on ``trace``, under ``cpu_sharing``."""
-    capacity = base.capacity or profile.loading_workers
+    from adloader.sim.autotuned import simulate_autotuned
+
+    capacity = base.capacity or profile.cores
     rows = []
     for setting in SETTINGS:
         workers = fixed_workers(trace, setting, capacity, profile.cores)
@@ -44,18 +54,78 @@ def compare(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
                          cpu_sharing=cpu_sharing)
         rows.append({"setting": f"no daemon: {setting}",
                      **simulate(fixed, profile, model, config).to_json()})
+    rows.append({"setting": f"no daemon: {AUTOTUNE}", **simulate_autotuned(
+        trace, profile, model, replace(base, cpu_sharing=cpu_sharing)).to_json()})
     for policy in policies:
-        config = replace(base, policy=policy, realloc=True, cpu_sharing=cpu_sharing)
+        config = replace(base, policy=policy, realloc=True, cpu_sharing=cpu_sharing,
+                         capacity=capacity)
         rows.append({"setting": f"daemon: {policy}",
                      **simulate(trace, profile, model, config).to_json()})
     for r in rows:
         r["makespan_s"] = max(j["end_s"] for j in r["jobs"]) - min(
             j["arrival_s"] for j in r["jobs"])
+        r["worst_jct_s"] = max(j["jct_s"] for j in r["jobs"])
     even = next(r for r in rows if r["setting"] == "no daemon: even")
+    fixed = [r for r in rows if r["setting"] in {f"no daemon: {s}" for s in SETTINGS}]
+    tuned = next(r for r in rows if r["setting"] == f"no daemon: {AUTOTUNE}")
+    best = {f: min(r[f] for r in fixed) for f in FIGURES}
     for r in rows:
         r["makespan_x_even"] = r["makespan_s"] / even["makespan_s"]
         r["mean_jct_x_even"] = r["mean_jct_s"] / even["mean_jct_s"]
         r["sum_x_even"] = r["aggregate_throughput"] / even["aggregate_throughput"]
         jct = {j["name"]: j["jct_s"] for j in even["jobs"]}
         r["worst_jct_x_even"] = max(j["jct_s"] / jct[j["name"]] for j in r["jobs"])
+        for f in ("makespan_s", "mean_jct_s"):
+            r[f"{f[:-2]}_x_best_fixed"] = r[f] / best[f]
+            r[f"{f[:-2]}_x_autotune"] = r[f] / tuned[f]
     return rows
+
+
+def targets(row: dict, floor: float = 1 / 0.95) -> dict[str, bool]:
+    """Issue 23's simulated targets for a policy's row of ``compare``: ≥ 1.2× better makespan
+    or mean JCT than the best fixed setting, ≥ 1.1× than the autotuner, no job's JCT worse
+    than 1/0.95 of its even-split JCT."""
+    return {
+        "1.2x best fixed": min(row["makespan_x_best_fixed"], row["mean_jct_x_best_fixed"])
+        <= 1 / 1.2,
+        "1.1x autotune": min(row["makespan_x_autotune"], row["mean_jct_x_autotune"]) <= 1 / 1.1,
+        "every job within 1/0.95 of even": row["worst_jct_x_even"] <= floor + 1e-9,
+    }
+
+
+def across_mixes(profile: DeviceProfile, model, base: SimConfig, seeds: list[int],
+                 jobs: int, mix: str = "paper", rate: float = 1 / 60,
+                 policy: str = "ftf") -> dict:
+    """``compare`` on each generated mix (the held-out seeds ``bench mixes`` runs): ``policy``
+    against the best fixed setting and the autotuner, per mix, with the floor no schedule
+    goes under (``schedule_oracle.jct_floor``); medians, min and max over the mixes, and in
+    how many each of ``targets`` held."""
+    from adloader.sim.generator import generate
+    from adloader.sim.schedule_oracle import jct_floor
+
+    capacity = base.capacity or profile.cores
+    per_mix = []
+    for s in seeds:
+        trace = generate(jobs, s, mix, rate, profile.gpus)
+        rows = {r["setting"]: r for r in compare(trace, profile, model, base, (policy,))}
+        mine = rows[f"daemon: {policy}"]
+        fixed = [rows[f"no daemon: {x}"] for x in SETTINGS]
+        floor = jct_floor(trace, profile, model, replace(base, capacity=capacity))
+        per_mix.append({
+            "seed": s, **{k: mine[k] for k in (
+                "makespan_x_best_fixed", "mean_jct_x_best_fixed", "makespan_x_autotune",
+                "mean_jct_x_autotune", "worst_jct_x_even")},
+            "best_fixed": min(fixed, key=lambda r: r["mean_jct_s"])["setting"],
+            "floor_x_best_fixed": floor["mean_jct"] / min(r["mean_jct_s"] for r in fixed),
+            "targets": targets(mine)})
+    summary = {}
+    for key in ("makespan_x_best_fixed", "mean_jct_x_best_fixed", "makespan_x_autotune",
+                "mean_jct_x_autotune", "worst_jct_x_even", "floor_x_best_fixed"):
+        values = sorted(m[key] for m in per_mix)
+        summary[key] = {"median": values[len(values) // 2] if len(values) % 2 else
+                        (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2,
+                        "min": values[0], "max": values[-1]}
+    held = {name: sum(m["targets"][name] for m in per_mix) for name in per_mix[0]["targets"]}
+    possible = sum(m["floor_x_best_fixed"] <= 1 / 1.2 for m in per_mix)
+    return {"policy": policy, "capacity": capacity, "mixes": len(per_mix), "summary": summary,
+            "targets_held": held, "gain_possible": possible, "per_mix": per_mix}

@@ -80,3 +80,47 @@ def static_schedule_oracle(trace: Trace, profile: DeviceProfile, model: Throughp
                ends={j.name: c for j, c in zip(jobs, out["ends"], strict=True)}
                if out["ends"] else None)
     return out
+
+
+GROUP = 6  # jobs of one linear program at most: every order of them is tried (6! = 720)
+
+
+def peak_loading(profile: DeviceProfile) -> float:
+    """The most samples/s the node's CPU loads, whatever its workers: the peak of L(D), or of
+    a measured point's jobs side by side when the profile has a contention surface."""
+    side_by_side = [sum(p.rates) for p in profile.loading_surface]
+    return float(max([*profile.node_loading, *side_by_side]))
+
+
+def jct_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+              base: SimConfig | None = None, peak: float | None = None) -> dict:
+    """A floor under the mean JCT of every schedule of ``trace`` on the simulator's truth —
+    with a daemon or without, any workers, any placement (co-location interference only
+    adds): ``schedule_lp.least_mean_jct`` on the node's peak loading and each job's true GPU
+    seconds a sample, per group of jobs that arrive together. Each group alone can only do
+    better than beside the others (a schedule of every job, cut to one group's, is one of
+    that group's), so the groups' floors add up to a floor of the whole; a group of more than
+    ``GROUP`` jobs is cut into parts of ``GROUP`` the same way (looser: every order of every
+    part is tried, not of the whole group). ``peak``: the node's
+    peak loading when known otherwise (a live sitting's own)."""
+    from adloader.scheduling.schedule_lp import least_mean_jct
+
+    sim = Simulator(trace, profile, model, base or SimConfig())
+    groups: dict[float, list] = {}
+    for j in sim.jobs:
+        groups.setdefault(j.spec.arrival_s, []).append(j)
+    peak = peak or peak_loading(profile)
+    total, ends, span = 0.0, {}, 0.0
+    parts = []  # a group of more than GROUP jobs in parts: each alone is a relaxation too
+    for arrival, jobs in sorted(groups.items()):
+        parts += [(arrival, jobs[i:i + GROUP]) for i in range(0, len(jobs), GROUP)]
+    for arrival, jobs in parts:
+        out = least_mean_jct([j.spec.iterations * j.spec.batch_size for j in jobs], peak,
+                             [j.step_s / j.spec.batch_size for j in jobs],
+                             gpus=[j.spec.gpus for j in jobs], node_gpus=sim.gpus)
+        total += out["mean_jct"] * len(jobs)
+        ends.update({j.name: arrival + c for j, c in zip(jobs, out["ends"], strict=True)})
+        span = max(span, arrival + out["makespan"])
+    first = min(groups)
+    return {"mean_jct": total / len(sim.jobs), "makespan": span - first, "ends": ends,
+            "groups": len(parts), "peak_loading": peak}

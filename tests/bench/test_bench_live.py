@@ -89,6 +89,13 @@ def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path
     assert all(j["workers"] and j["workers"][0] == [0, 1] for j in tuned["jobs"])
     assert all(j["workers_at"][0][1] == 1 for j in tuned["jobs"])  # when it changed, too
     _check_the_report(kit, result)
+    # the measured floor is a bound: every run of the sitting, whatever its setting, is above
+    floor = result["floor"]
+    for run in result["runs"]:
+        assert run["makespan_s"] >= floor["makespan"] and run["mean_jct_s"] >= floor["mean_jct"]
+    assert 0 < floor["makespan_x_best_fixed"] <= 1 and 0 < floor["makespan_x_requested"] <= 1
+    assert "no schedule — any workers" in proc.stdout
+    assert "## What no schedule can beat here (measured)" in (kit / "report.md").read_text()
     assert "over every schedule" in proc.stdout and "best schedule" in proc.stdout
     assert "one measure for every row" in proc.stdout
 
@@ -158,6 +165,7 @@ def test_rounds_are_paired_with_the_even_split_of_the_same_round():
     assert ftf["jobs"] == pytest.approx({"a": 1.5, "b": 0.9}) and ftf["worst_job"] == 0.9
     assert ftf["jct_paired"] == pytest.approx(0.75) and ftf["worst_jct_paired"] == 0.9
     assert ftf["makespan_vs_best_fixed"] == pytest.approx(0.9)  # even is the best fixed
+    assert ftf["best_fixed"] == {"makespan_s": even, "mean_jct_s": even}  # least median
     assert ftf["makespan_vs_requested"] == pytest.approx(0.75)
     assert ftf["met"] == ["makespan_vs_best_fixed", "makespan_vs_requested",
                           "jct_vs_best_fixed"]

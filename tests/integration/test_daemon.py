@@ -68,7 +68,7 @@ def test_sigkilled_job_fails_with_its_signal_and_its_workers_are_reclaimed(daemo
     wait_for(lambda: all((daemon.job(j)["iteration"] or 0) > 3 for j in (victim, other)), 120,
              "both jobs to train")
     assert daemon.job(other)["workers"] < 4
-    os.killpg(daemon.job(victim)["pid"], signal.SIGKILL)
+    os.killpg(daemon.job(victim)["supervisor_pid"], signal.SIGKILL)  # the whole group
     # known at once (its supervisor died with it), then an immediate replan
     wait_for(lambda: daemon.job(victim)["state"] == "failed", 5, "the killed job to fail")
     assert daemon.job(victim)["exit_code"] == -signal.SIGKILL

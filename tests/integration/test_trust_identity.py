@@ -157,7 +157,7 @@ def test_job_ids_cannot_inject_metrics_lines(daemon):
     text = daemon.http.get("/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert [s.value for s in families["adloader_capacity_workers"].samples] == [4.0]
-    jobs = {s.labels["job"] for s in families["adloader_job_workers"].samples}
+    jobs = {s.labels["job_id"] for s in families["adloader_job_workers"].samples}
     assert jobs == {"ok-job"}
     assert daemon.metric("adloader_dropped_frames_total") == 2
 

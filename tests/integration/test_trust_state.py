@@ -71,7 +71,8 @@ def test_cancel_ends_a_launched_job_that_never_reaches_a_boundary(daemon, tmp_pa
                                             "time.sleep(3600)"])  # never attaches
     wait_for(lambda: daemon.events("registered", stuck), 60, "the stuck one to attach")
     wait_for(lambda: daemon.events("launched", plain), 60, "the plain one to start")
-    pids = [daemon.job(j)["pid"] for j in (stuck, plain)]
+    pids = wait_for(lambda: all(daemon.job(j)["pid"] for j in (stuck, plain)) and [
+        daemon.job(j)["pid"] for j in (stuck, plain)], 10, "their pids")
     for job in (stuck, plain):
         assert daemon.http.delete(f"/v1/jobs/{job}").status_code == 200
     for job in (stuck, plain):

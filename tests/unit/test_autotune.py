@@ -1,12 +1,12 @@
-"""The per-job autotuner baseline (workloads/autotune.py): alone on a node it reaches ≥ 0.95×
-the rate of the job's best fixed ``num_workers``; it adds workers one at a time and takes back
-at most the last one."""
+"""The per-job autotuner baseline (adloader/scheduling/autotune.py): alone on a node it
+reaches ≥ 0.95× the rate of the job's best fixed ``num_workers``; it adds workers one at a
+time and takes back at most the last one."""
 
 from __future__ import annotations
 
 import pytest
 
-from adloader.workloads.autotune import Autotuner
+from adloader.scheduling.autotune import Autotuner
 
 
 def _run(tuner: Autotuner, rate_of, batch: int = 32, batches: int = 400) -> list[int]:

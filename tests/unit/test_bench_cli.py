@@ -18,10 +18,12 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "tpm": {"--profile", "--model", "--seed", "--cores", "--realloc-cost"},
     "allocation": {"--jobs", "--capacity", "--json"},
     "mixes": SIM | {"--jobs", "--mixes", "--rate", "--json"},
+    "declared": {"--profile", "--seed", "--truth", "--mixes", "--json"},
     "live": {"--quick", "--rounds", "--iterations-scale", "--crop", "--workers", "--policies",
              "--baselines", "--report"}
     | OUT,
     "api": {"--quick", "--masters", "--json"},
+    "soak": {"--quick", "--jobs", "--json"},
     "resize": {"--quick", "--json"},
     "cache": {"--quick", "--ranks-per-node", "--json"},
     "epoch-order": {"--quick", "--json"},
@@ -33,6 +35,7 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "locality": {"--quick", "--max-imbalance", "--json"},
     "storage": {"--quick", "--json"},
     "startup": {"--quick", "--json"},
+    "install": {"--quick", "--json"},
     "loaders": {"--quick", "--workers", "--rounds", "--crop", "--json"},
 }
 EVERY_FLAG = set().union(*FLAGS.values())

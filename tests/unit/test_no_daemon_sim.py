@@ -20,13 +20,39 @@ def test_the_baselines_run_uncapped_and_the_daemon_pays_its_window(paper_profile
                                                      completion_window_s=30.0,
                                                      hold_arrivals=hold))}
     assert set(rows) == {"no daemon: requested", "no daemon: even", "no daemon: cores",
-                         "daemon: balance", "daemon: ftf"}
+                         "no daemon: autotune", "daemon: balance", "daemon: ftf"}
     cores = paper_profile.cores
     assert [j["workers_initial"] for j in rows["no daemon: cores"]["jobs"]] == [cores] * 3
     assert rows["no daemon: even"]["makespan_x_even"] == 1.0
-    # the same 6,6,6 split: the daemon's only difference is its arrival buffer — the settle
-    # (the jobs could start at once), or the whole 30 s window when arrivals are held
+    # the daemon takes the node's cores, as `adloader daemon` does by default; even splits
+    # them: the same 8,8,8 split, the daemon's only difference is its arrival buffer — the
+    # settle (the jobs could start at once), or the whole 30 s window when arrivals are held
     even, bal = rows["no daemon: even"], rows["daemon: balance"]
-    assert [j["workers_initial"] for j in bal["jobs"]] == [6, 6, 6]
+    assert [j["workers_initial"] for j in even["jobs"]] == [cores // 3] * 3
+    assert [j["workers_initial"] for j in bal["jobs"]] == [cores // 3] * 3
     assert bal["makespan_s"] == pytest.approx(even["makespan_s"] + wait, abs=0.05)
     assert min(j["start_s"] for j in even["jobs"]) == 0.0
+
+
+def test_best_fixed_is_the_least_fixed_setting_per_figure(paper_profile, paper_model):
+    trace = load_trace("paper-static", paper_profile.gpus)
+    rows = {r["setting"]: r for r in no_daemon.compare(trace, paper_profile, paper_model,
+                                                      SimConfig())}
+    fixed = [rows[f"no daemon: {s}"] for s in no_daemon.SETTINGS]
+    for figure in ("makespan", "mean_jct"):
+        assert min(r[f"{figure}_x_best_fixed"] for r in fixed) == pytest.approx(1.0)
+        assert all(r[f"{figure}_x_best_fixed"] >= 1.0 - 1e-12 for r in fixed)
+    tuned = rows["no daemon: autotune"]
+    assert tuned["makespan_x_autotune"] == 1.0
+    # requested (6 each) is the slowest fixed setting here: 18 workers on a node that loads
+    # more with 24
+    assert rows["no daemon: requested"]["makespan_x_best_fixed"] > 1.1
+
+
+def test_targets_name_what_a_row_misses():
+    row = dict(makespan_x_best_fixed=1.0, mean_jct_x_best_fixed=0.84, makespan_x_autotune=1.0,
+               mean_jct_x_autotune=0.95, worst_jct_x_even=1.06)
+    assert no_daemon.targets(row) == {"1.2x best fixed": False, "1.1x autotune": False,
+                                      "every job within 1/0.95 of even": False}
+    row.update(mean_jct_x_best_fixed=0.8, mean_jct_x_autotune=0.9, worst_jct_x_even=1.05)
+    assert all(no_daemon.targets(row).values())

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from adloader.scheduling import ftf_kernel
+from adloader.scheduling import loops  # compiled where built, else the Python twins
 from adloader.scheduling.priority_plan import Rows, linear_rows, priority_plan
 from adloader.sim import synth
 from adloader.sim.device_profile import load_profile
@@ -61,8 +61,8 @@ def test_the_fast_way_agrees_with_the_general_one(seed, rho):
     a, g = linear_rows(table)
     mu = rng.uniform(5, 900, n)
     mu[rng.random(n) < 0.2] = float(table[capacity, 1]) * int(rng.integers(1, 4))  # exact steps
-    fast = ftf_kernel.plan(mu, rho, table, capacity, True, a, g)
-    slow = ftf_kernel.plan(mu, rho, table, capacity, False, a, g)  # read as concave rows
+    fast = loops.plan(mu, rho, table, capacity, True, a, g)
+    slow = loops.plan(mu, rho, table, capacity, False, a, g)  # read as concave rows
     assert fast.min() >= 1 and fast.sum() <= capacity
     assert value(fast, mu, table, rho) == pytest.approx(value(slow, mu, table, rho), rel=1e-9)
 

@@ -50,5 +50,12 @@ def test_cli_prints_a_row_per_policy(run, tmp_path):
     assert saved["jobs"] == 3 and saved["rate_per_s"] == 0.05
     assert [r["policy"] for r in saved["rows"]] == POLICIES
     assert "2/2" in out  # balance keeps every job at its own rate
+    # the same mixes against no daemon: ftf beside the best fixed setting and the autotuner
+    versus = saved["no_daemon"]
+    assert versus["mixes"] == 2 and [m["seed"] for m in versus["per_mix"]] == [1000, 1001]
+    assert "the same mixes against no daemon" in out and "targets (issue 23) held in" in out
+    for m in versus["per_mix"]:  # the floor is under every schedule, the fixed ones too
+        assert m["floor_x_best_fixed"] <= 1.0 + 1e-9
+        assert m["mean_jct_x_best_fixed"] >= m["floor_x_best_fixed"] - 1e-9
     code, _, err = run("bench", "mixes", "--mixes", "0")
     assert code == 2 and "mixes must be at least 1" in err

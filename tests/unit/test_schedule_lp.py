@@ -59,3 +59,41 @@ def test_static_mix_oracle_bounds_every_policy(paper_profile, paper_model):
             assert r["aggregate_throughput"] <= lp["sum_upper"] * (1 + 1e-6)
     ftf = next(r for r in runs if r["policy"] == "ftf" and r["realloc"])
     assert ftf["aggregate_throughput"] >= 0.95 * lp["sum"]  # within 5 % of the best found
+
+
+# -- least_mean_jct: the floor under every schedule's mean completion time ---------------
+def test_the_jct_floor_runs_jobs_one_after_another_when_only_the_cpu_binds():
+    from adloader.scheduling.schedule_lp import least_mean_jct
+
+    # 4 jobs of 1 sample, the node loads 2 samples/s, GPUs never bind: shortest first, one at
+    # a time, ends at 0.5, 1, 1.5, 2 (mean 1.25); sharing the CPU evenly would end all at 2
+    free = least_mean_jct([1, 1, 1, 1], 2.0, [0.0] * 4, [[0], [1], [2], [3]])
+    assert free["mean_jct"] == pytest.approx(1.25)
+    assert free["makespan"] == pytest.approx(2.0)
+    # each job's GPU takes 1 s a sample: two at a time at most, ends 1, 1, 2, 2
+    capped = least_mean_jct([1, 1, 1, 1], 2.0, [1.0] * 4, [[0], [1], [2], [3]])
+    assert capped["mean_jct"] == pytest.approx(1.5)
+    # two jobs on one GPU: it binds (2 s of GPU work), the CPU does not
+    shared = least_mean_jct([1, 1], 100.0, [1.0, 1.0], [[0], [0]])
+    assert shared["mean_jct"] == pytest.approx(1.5) and shared["makespan"] == pytest.approx(2)
+
+
+def test_the_jct_floor_is_under_every_simulated_run_on_either_truth(paper_profile, paper_model):
+    """A bound that could fail: every fixed setting, the autotuner and every policy under
+    the daemon end the static mix no sooner on average than the floor says."""
+    from adloader.sim import no_daemon
+    from adloader.sim.schedule_oracle import jct_floor
+    from adloader.sim.simulator import SimConfig
+    from adloader.sim.trace import load_trace
+
+    trace = load_trace("paper-static", paper_profile.gpus)
+    for truth in ("model", "published"):
+        config = SimConfig(truth=truth, capacity=paper_profile.cores)
+        floor = jct_floor(trace, paper_profile, paper_model, config)
+        rows = no_daemon.compare(trace, paper_profile, paper_model, config,
+                                 policies=("balance", "ftf", "jct"))
+        assert len(rows) == 7
+        for r in rows:
+            # JCTs count from the arrival: the daemon's settle only adds
+            assert r["mean_jct_s"] >= floor["mean_jct"] - 1e-6, (truth, r["setting"])
+            assert r["makespan_s"] >= floor["makespan"] - 1e-6, (truth, r["setting"])

@@ -610,6 +610,29 @@ def test_a_job_started_by_hand_that_goes_silent_after_cancel_is_cancelled(sched,
     assert "lost" not in kinds(out) and out.kill == []  # no process of it to signal
 
 
+def test_cancel_with_a_signal_sends_it_now_and_sigkill_after_twice_the_grace(sched, clock):
+    start(sched, clock, "j-000001")
+    job = sched.jobs["j-000001"]
+    t0 = clock.now
+    out = sched.cancel(job.id, signal.SIGINT)
+    assert out.kill == [(job.id, signal.SIGINT)] and out.send == []  # not asked: signalled
+    assert out.events[0][1:] == ("cancel", {"signal": "SIGINT", "grace_s": GRACE_S})
+    clock.now = t0 + GRACE_S + 0.1
+    assert sched.tick().kill == []  # no SIGTERM on top of the operator's signal
+    clock.now = t0 + 2 * GRACE_S + 0.1
+    assert sched.tick().kill == [(job.id, signal.SIGKILL)]
+    assert sched.cancel(job.id, signal.SIGKILL).kill == [(job.id, signal.SIGKILL)]  # again
+    sched.exited(job.id, None, signal.SIGINT)
+    assert (job.state, job.exit_code, job.reason) == ("cancelled", -2, "killed by SIGINT")
+
+
+def test_an_exit_the_daemon_settled_keeps_its_note(sched, clock):
+    start(sched, clock, "j-000001")
+    out = sched.exited("j-000001", None, signal.SIGKILL, note="its supervisor was killed")
+    [(_, kind, data)] = [e for e in out.events if e[1] == "failed"]
+    assert data["note"] == "its supervisor was killed" and data["exit"] == "killed by SIGKILL"
+
+
 def test_cancelling_a_lost_launched_job_kills_what_is_left(sched, clock):
     start(sched, clock, "j-000001")
     run_for(sched, clock, LOST_S + 0.5)

@@ -11,6 +11,9 @@
   const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2",
                    "#edc948", "#9c755f", "#ff9da7", "#bab0ac"];
   const ENDED = new Set(["finished", "failed", "cancelled", "lost"]);
+  const LIVE_STATES = "queued,buffered,running,paused";  // adloader.rest.JOB_STATES not ended
+  const PAGE_MAX = 5000;  // adloader.rest.PAGE_MAX
+  const RECENT_S = 86400;  // ended jobs shown: those submitted in the last day
   // events that say how many workers a job has from then on
   const SETS_WORKERS = new Set(["resize", "launched", "attached", "revived"]);
   const RELEASES = new Set(["finishing", "paused", "finished", "failed", "cancelled", "lost"]);
@@ -452,7 +455,15 @@
         await pullHealth();
         state.healthAt = Date.now();
       }
-      const [jobs, alloc] = await Promise.all([get("/v1/jobs"), get("/v1/allocations")]);
+      // the jobs in play, whenever submitted, and those submitted in the last day (the
+      // listing pages 500 at a time, oldest first: a plain GET would show a long-lived
+      // node's oldest history and miss its running jobs)
+      const since = Math.floor(serverNow() - RECENT_S);
+      const [live, recent, alloc] = await Promise.all([
+        get(`/v1/jobs?state=${LIVE_STATES}&limit=${PAGE_MAX}`),
+        get(`/v1/jobs?since=${since}&limit=${PAGE_MAX}`), get("/v1/allocations")]);
+      const jobs = [...new Map([...recent, ...live].map((j) => [j.id, j])).values()]
+        .sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
       await pullEvents();
       if (!state.running) return;
       state.jobs = jobs;

@@ -1,0 +1,88 @@
+"""The per-job autotuner simulated: no daemon, every job runs its own copy of the tuner users
+would write (``adloader.scheduling.autotune.Autotuner``, the same class the live baseline
+runs), on the same truth as the daemon's policies.
+
+Each job starts at the tuner's first count the moment it arrives (no buffer, no capacity
+cap, at most the node's cores); every ``window`` batches the tuner reads the window's rate
+and its data-wait fraction and says the count for the next window. The wait a job sees is
+the share of its time not spent in its GPU step: with r its rate and r_free the rate it would
+have with loading unbounded (its GPU partners as they are), w = 1 − r / r_free. A changed
+count stalls the job for the configured reallocation cost (adloader's live resize, 0.1 s by
+default), which is less than a new torch pool costs: the baseline is not made weaker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from adloader.scheduling.autotune import Autotuner
+from adloader.sim.device_profile import DeviceProfile
+from adloader.sim.simulator import EPS, SimConfig, SimResult, Simulator, gpu_rates
+from adloader.sim.trace import Trace
+
+WINDOW = 10  # batches a reading spans (the tuner's default)
+
+
+class AutotunedSimulator(Simulator):
+    """``Simulator`` with no daemon: each job's workers are its own tuner's (see the module)."""
+
+    def __init__(self, trace: Trace, profile: DeviceProfile, model, config: SimConfig,
+                 window: int = WINDOW):
+        cores = profile.cores
+        config = replace(config, policy="requested", realloc=False, correct=False,
+                         capacity=cores * max(len(trace.jobs), 1), arrival_window_s=0.0,
+                         arrival_settle_s=0.0, completion_window_s=0.0)
+        start = Autotuner().workers
+        trace = trace.model_copy(update={"jobs": tuple(
+            j.model_copy(update={"workers": start}) for j in trace.jobs)})
+        super().__init__(trace, profile, model, config)
+        self.window = window
+        # one tuner a job, fed once a window with the window's totals (its own window is 1)
+        self.tuners = {j.name: Autotuner(most=cores, window=1) for j in self.jobs}
+        self.reading = {j.name: [0.0, 0.0, 0.0] for j in self.jobs}  # iterations, time, wait
+
+    def _advance(self, dt: float, rates: dict[str, float]) -> None:
+        if dt > 0:
+            busy = [j for j in self._running() if j.paused_until <= self.t + EPS]
+            consumed = {j.name: rates.get(j.name, 0.0) * j.spec.batch_size for j in busy}
+            for j in busy:
+                r = rates.get(j.name, 0.0)
+                free = gpu_rates(busy, lambda k, j=j: math.inf if k is j else consumed[k.name])
+                waited = max(0.0, 1.0 - r / free[j.name]) if free.get(j.name, 0) > 0 else 0.0
+                reading = self.reading[j.name]
+                reading[0] += r * dt
+                reading[1] += dt
+                reading[2] += waited * dt
+        super()._advance(dt, rates)
+
+    def _plan(self) -> None:
+        super()._plan()
+        self._observe()  # a job launched now: the end of its first window is an event
+
+    def _observe(self) -> None:
+        """A job whose window of batches is complete asks its tuner; the next window's end is
+        the job's next event (its rate changes only at events, so that time is exact)."""
+        rates = None
+        for j in self._running():
+            iterations, elapsed, waited = self.reading[j.name]
+            if iterations >= self.window - 1e-6 and elapsed > 0:
+                samples = iterations * j.spec.batch_size
+                want = self.tuners[j.name].observe(int(round(samples)), waited,
+                                                   elapsed - waited)
+                self.reading[j.name] = [0.0, 0.0, 0.0]
+                if want != j.workers:
+                    j.workers = want
+                    j.paused_until = self.t + self.realloc_cost
+                    self.reallocations += 1
+                    self._record()
+            rates = rates if rates is not None else self._rates()
+            left = self.window - self.reading[j.name][0]
+            r = rates.get(j.name, 0.0)
+            j.observe_at = (self.t + left / r) if r > 0 else (
+                j.paused_until if j.paused_until > self.t + EPS else None)
+
+
+def simulate_autotuned(trace: Trace, profile: DeviceProfile, model,
+                       config: SimConfig | None = None) -> SimResult:
+    return AutotunedSimulator(trace, profile, model, config or SimConfig()).run()

@@ -1,0 +1,170 @@
+"""The declared space of mixes (issue 23, item 5): where coordinating a node's loaders pays,
+ties or costs against what a node does without adloader.
+
+The space is fixed here, before any of it is measured, and every member is run the same way
+(``no_daemon.compare``: the fixed ``num_workers`` settings, each job's autotuner, the default
+policy under the daemon with the node's cores, on one truth with the CPU shared as the kernel
+shares it), with the floor no schedule goes under (``schedule_oracle.jct_floor``). A member
+is a gain where the default policy is ≥ 1.2× better than the best fixed setting in makespan
+or mean JCT, a cost where it is worse by more than 2 % in both, a tie otherwise; where the
+floor is above 1/1.2 of the best fixed setting, no schedule can gain 1.2×, and that is said.
+
+Members (the node sizes users have, the shapes the issue names):
+
+- ``paper-static`` — the paper's node (24 cores, 4 × RTX 2080 Ti), three jobs at once;
+- ``paper-dynamic`` — the same node, eight jobs arriving and leaving (Table III);
+- ``fast-gpus`` — the static mix on GPUs 4× faster than the paper's (every true step × 0.25,
+  about an A100 against a 2080 Ti for these ResNets): the loaders bind;
+- ``big-node`` — 64 cores and 8 GPUs, eight jobs of one GPU each at ``num_workers=16`` (128
+  workers asked of 64 cores), arriving together, 500 to 1,500 iterations; the paper's L(D)
+  stretched to 64 cores (contention from 29 workers, saturation at 64: an assumption, as the
+  node was not measured);
+- ``big-node-arrivals`` — the same eight jobs arriving one a minute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from adloader.sim.device_profile import DeviceProfile, staged_loading
+from adloader.sim.generator import PAPER_MIX, batch_for
+from adloader.sim.simulator import SimConfig
+from adloader.sim.trace import Trace, TraceJob, load_trace
+
+GAIN, COST = 1.2, 1.02
+FAST_GPU_STEPS = 0.25
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    what: str
+
+
+MEMBERS = (
+    Member("paper-static", "the paper's node (24 cores, 4 GPUs), 3 jobs at once"),
+    Member("paper-dynamic", "the paper's node, 8 jobs arriving and leaving (Table III)"),
+    Member("fast-gpus", "the static mix, GPUs 4× faster (steps × 0.25): loaders bind"),
+    Member("big-node", "64 cores, 8 GPUs, 8 one-GPU jobs at num_workers=16, together"),
+    Member("big-node-arrivals", "64 cores, 8 GPUs, the same 8 jobs one a minute"),
+)
+
+
+def big_profile(paper: DeviceProfile) -> DeviceProfile:
+    """The paper's loading per worker on a 64-core, 8-GPU node (its knees stretched)."""
+    return replace(paper, name="big-node", cores=64, loading_workers=64, gpus=8,
+                   node_loading=staged_loading(81.2, 29, 39.7, 64, 128),
+                   device="64 cores, 8 GPUs (declared: the paper's L(D) per worker, stretched)")
+
+
+def big_trace(spaced_s: float = 0.0) -> Trace:
+    jobs = tuple(TraceJob(name=f"job{i + 1}", model=m, batch_size=batch_for(m), gpus=1,
+                          iterations=(500, 1000, 1500)[i % 3], workers=16,
+                          arrival_s=i * spaced_s)
+                 for i, m in enumerate(PAPER_MIX[:8]))
+    return Trace(name="big-node", gpus=8, jobs=jobs)
+
+
+def member_case(name: str, paper: DeviceProfile, base: SimConfig
+                ) -> tuple[Trace, DeviceProfile, SimConfig]:
+    """(trace, profile, config) of one member on ``paper`` (the paper's profile)."""
+    if name in ("paper-static", "paper-dynamic"):
+        return load_trace(name, paper.gpus), paper, base
+    if name == "fast-gpus":
+        trace = load_trace("paper-static", paper.gpus)
+        return trace, paper, replace(base, slow=tuple((j.name, FAST_GPU_STEPS)
+                                                      for j in trace.jobs))
+    if name == "big-node":
+        return big_trace(), big_profile(paper), base
+    if name == "big-node-arrivals":
+        return big_trace(60.0), big_profile(paper), base
+    raise KeyError(name)
+
+
+def verdict(row: dict, floor_x_best: float) -> str:
+    best = min(row["makespan_x_best_fixed"], row["mean_jct_x_best_fixed"])
+    if best <= 1 / GAIN:
+        return "gain"
+    if row["makespan_x_best_fixed"] > COST and row["mean_jct_x_best_fixed"] > COST:
+        return "cost"
+    return "tie" + (" (no schedule gains 1.2×)" if floor_x_best > 1 / GAIN else "")
+
+
+def run_space(paper: DeviceProfile, model_for, base: SimConfig, policy: str = "ftf",
+              names: tuple[str, ...] | None = None) -> list[dict]:
+    """Every member (or ``names``) once; ``model_for(profile)`` the TPM fitted on a profile."""
+    from adloader.sim import no_daemon
+    from adloader.sim.schedule_oracle import jct_floor
+
+    rows = []
+    for member in MEMBERS:
+        if names and member.name not in names:
+            continue
+        trace, profile, config = member_case(member.name, paper, base)
+        model = model_for(profile)
+        compared = {r["setting"]: r for r in no_daemon.compare(trace, profile, model, config,
+                                                              (policy,))}
+        mine = compared[f"daemon: {policy}"]
+        fixed = [compared[f"no daemon: {s}"] for s in no_daemon.SETTINGS]
+        floor = jct_floor(trace, profile, model,
+                          replace(config, capacity=config.capacity or profile.cores))
+        best_jct = min(r["mean_jct_s"] for r in fixed)
+        best_span = min(r["makespan_s"] for r in fixed)
+        floor_x = floor["mean_jct"] / best_jct
+        rows.append({
+            "mix": member.name, "what": member.what, "policy": policy, "jobs": len(trace.jobs),
+            "cores": profile.cores, "gpus": profile.gpus,
+            "best_fixed_makespan": min(fixed, key=lambda r: r["makespan_s"])["setting"],
+            "best_fixed_jct": min(fixed, key=lambda r: r["mean_jct_s"])["setting"],
+            **{k: mine[k] for k in ("makespan_x_best_fixed", "mean_jct_x_best_fixed",
+                                    "makespan_x_autotune", "mean_jct_x_autotune",
+                                    "worst_jct_x_even")},
+            "floor_jct_x_best_fixed": floor_x,
+            "floor_makespan_x_best_fixed": floor["makespan"] / best_span,
+            "verdict": verdict(mine, floor_x)})
+    return rows
+
+
+def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = "model",
+                       names: tuple[str, ...] | None = None, json_path=None) -> int:
+    """``adloader bench declared``: every member of the space, one honest table."""
+    from adloader.scheduling.policies import DEFAULT_POLICY
+    from adloader.sim import report, synth
+    from adloader.sim import truth as truths
+
+    unknown = set(names or ()) - {m.name for m in MEMBERS}
+    if unknown:
+        from adloader.errors import InputError
+
+        raise InputError(f"--mixes: no declared mix {', '.join(sorted(unknown))} (the space: "
+                         f"{', '.join(m.name for m in MEMBERS)})")
+    paper, model, config = report.setup(profile_name, None, seed, None, 30.0, None, 0.0, truth)
+    out = report.console()
+    facts = report.intro(out, paper, config, model)
+
+    def model_for(profile: DeviceProfile):
+        if profile is paper:
+            return model
+        return synth.fitted_model(profile, seed, truths.load_truth(truth, profile))
+
+    rows = run_space(paper, model_for, config, DEFAULT_POLICY, names)
+    out.print(report.table(
+        f"the declared space (adloader.sim.declared), truth {truth}, CPU shared as the kernel "
+        f"shares it: {DEFAULT_POLICY} under the daemon (the node's cores) against the best "
+        "fixed num_workers (per figure, the least of requested, even, cores) and each job's "
+        "autotuner; floor: no schedule's mean JCT is lower (any workers or placement); gain: "
+        f"≥ {GAIN:g}× better makespan or mean JCT than the best fixed, cost: > {COST:g}× "
+        "worse in both, else a tie",
+        ["mix", "node", "jobs", "makespan × best fixed", "mean JCT × best fixed",
+         "makespan × autotune", "mean JCT × autotune", "worst job JCT × even",
+         "floor × best fixed", "verdict"],
+        [[r["mix"], f"{r['cores']} cores, {r['gpus']} GPUs", r["jobs"],
+          f"{r['makespan_x_best_fixed']:.3f}", f"{r['mean_jct_x_best_fixed']:.3f}",
+          f"{r['makespan_x_autotune']:.3f}", f"{r['mean_jct_x_autotune']:.3f}",
+          f"{r['worst_jct_x_even']:.3f}", f"{r['floor_jct_x_best_fixed']:.3f}",
+          r["verdict"]] for r in rows]))
+    for member in MEMBERS:
+        if not names or member.name in names:
+            out.print(f"  {member.name}: {member.what}")
+    report.save(json_path, {"truth": facts, "rows": rows})
+    return 0

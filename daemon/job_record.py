@@ -1,0 +1,76 @@
+"""A job's row as the daemon reads it: ``JobRecord``, the columns it comes from, and how a
+row becomes one (``daemon.store`` writes them; ``daemon.history`` reads pages of them)."""
+
+from __future__ import annotations
+
+import json
+from contextlib import suppress
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from adloader.errors import StorageError
+from adloader.rest import JobSpec, SpecFeatures
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of ``jobs``: the spec as submitted and what the daemon has made of it."""
+
+    id: str
+    name: str
+    spec: JobSpec
+    state: str
+    token_digest: str
+    workers: int | None
+    pid: int | None
+    exit_code: int | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    log_path: str | None
+    origin: str
+    supervisor: str | None = None
+    reason: str | None = None
+    iteration: int | None = None  # written when it ends: its last iteration
+
+
+JOB_COLUMNS = ("id, name, spec, state, token_digest, workers, pid, exit_code, submitted_at, "
+                "started_at, finished_at, log_path, origin, supervisor, reason, "
+                "iteration")  # fmt: skip
+
+
+def record_of(row: tuple, trusted: bool = False) -> JobRecord:
+    """A row of ``jobs`` (``JOB_COLUMNS``) as a record; ``trusted``: its spec is taken as
+    stored, unchecked (it was checked when stored: a page of history costs no validation)."""
+    values = list(row)
+    spec = None
+    if not trusted:
+        with suppress(ValidationError):  # accepted under older bounds: kept as it was stored
+            spec = JobSpec.model_validate_json(values[2])
+    values[2] = spec or _as_stored(values[0], values[2])
+    return JobRecord(*values)
+
+
+def _as_stored(job_id: str, text: str) -> JobSpec:
+    """A stored spec as it is, unvalidated."""
+    try:
+        raw = json.loads(text)
+        features = raw.get("features")
+        if isinstance(features, dict):
+            raw["features"] = SpecFeatures.model_construct(**features)
+        return JobSpec.model_construct(**raw)
+    except (ValueError, TypeError, AttributeError):
+        raise StorageError(f"job {job_id}: its stored spec is unreadable") from None
+
+
+def stored_spec(row: tuple) -> tuple[JobRecord, bytes]:
+    """A row as a record whose ``spec`` is a stand-in, and the spec's JSON as stored: a page
+    of history is served without reading a single spec back (``daemon.history``)."""
+    values = list(row)
+    text, values[2] = values[2], _STAND_IN
+    return JobRecord(*values), text.encode()
+
+
+_STAND_IN = JobSpec(name="stand-in", command=["-"], batch_size=1, iterations=1,
+                    features={"flops_g": 1.0, "params_m": 1.0})

@@ -1,0 +1,53 @@
+"""The declared space of mixes (adloader/sim/declared.py): each member runs against no daemon
+with its floor, and the verdict follows the figures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adloader.sim import declared
+
+
+def test_the_space_is_declared_with_the_node_sizes_the_issue_names(paper_profile):
+    names = [m.name for m in declared.MEMBERS]
+    assert names == ["paper-static", "paper-dynamic", "fast-gpus", "big-node",
+                     "big-node-arrivals"]
+    big = declared.big_profile(paper_profile)
+    assert (big.cores, big.gpus) == (64, 8)
+    trace = declared.big_trace()
+    assert len(trace.jobs) == 8 and {j.workers for j in trace.jobs} == {16}
+    assert {j.arrival_s for j in trace.jobs} == {0.0}
+    assert [j.arrival_s for j in declared.big_trace(60.0).jobs][:3] == [0.0, 60.0, 120.0]
+    _, _, fast = declared.member_case("fast-gpus", paper_profile, declared.SimConfig())
+    assert dict(fast.slow) == {n: declared.FAST_GPU_STEPS
+                               for n in ("Resnet18", "mdResnet12", "smResnet20")}
+    with pytest.raises(KeyError):
+        declared.member_case("nope", paper_profile, declared.SimConfig())
+
+
+@pytest.mark.parametrize("row, floor, verdict", [
+    (dict(makespan_x_best_fixed=1.0, mean_jct_x_best_fixed=0.8), 0.7, "gain"),
+    (dict(makespan_x_best_fixed=1.05, mean_jct_x_best_fixed=1.03), 0.7, "cost"),
+    (dict(makespan_x_best_fixed=1.05, mean_jct_x_best_fixed=0.99), 0.7, "tie"),
+    (dict(makespan_x_best_fixed=1.0, mean_jct_x_best_fixed=1.0), 0.9,
+     "tie (no schedule gains 1.2×)"),
+])
+def test_the_verdict_follows_the_figures(row, floor, verdict):
+    assert declared.verdict(row, floor) == verdict
+
+
+def test_the_bench_prints_a_row_per_member_and_the_floor_holds(run, tmp_path):
+    path = tmp_path / "declared.json"
+    code, out, _ = run("bench", "declared", "--mixes", "paper-static,fast-gpus", "--truth",
+                       "published", "--json", str(path))
+    assert code == 0, out
+    rows = json.loads(path.read_text())["rows"]
+    assert [r["mix"] for r in rows] == ["paper-static", "fast-gpus"]
+    for r in rows:  # the floor is under the best fixed setting and the policy alike
+        assert r["floor_jct_x_best_fixed"] <= 1.0 + 1e-9
+        assert r["mean_jct_x_best_fixed"] >= r["floor_jct_x_best_fixed"] - 1e-9
+    assert "the declared space" in out and "verdict" in out
+    code, _, err = run("bench", "declared", "--mixes", "paper-static,bogus")
+    assert code == 2 and "no declared mix bogus" in err

@@ -1,0 +1,186 @@
+"""Retention and paging in the store: ended jobs are released from memory, pruned by age and
+count with their events (never a held job), ids are never given twice, and pages by cursor
+reach every job exactly once, whatever arrives or is pruned between them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adloader.daemon.history import EVENT_CURSOR, JOB_CURSOR, decode_cursor, encode_cursor
+from adloader.daemon.retention import Retention
+from adloader.daemon.service_impl import _history_json
+from adloader.daemon.store import Store
+from adloader.errors import InputError
+from adloader.rest import EventQuery, JobQuery, JobSpec, JobView
+
+SPEC = JobSpec(name="r18", command=["python", "train.py"], features={"flops_g": 3.6,
+               "params_m": 11.7}, batch_size=32, iterations=100)  # fmt: skip
+DAY = 86400.0
+
+
+def _ended(store: Store, n: int, t0: float, name: str = "r18", state: str = "finished"):
+    """``n`` jobs that ran and ended at t0, t0+1, ...: released as the node retires them."""
+    ids = []
+    for i in range(n):
+        job = store.add_job(SPEC.model_copy(update={"name": name}), "tok", t=t0 + i)
+        store.add_event(job, "buffered", t=t0 + i)
+        store.update_job(job, state=state, finished_at=t0 + i, exit_code=0, iteration=7)
+        store.add_event(job, state, {"iterations": 7}, t=t0 + i)
+        store.release(job)
+        ids.append(job)
+    return ids
+
+
+def _all_pages(store: Store, **filters) -> list[str]:
+    seen, cursor = [], None
+    while True:
+        records, cursor = store.job_page(JobQuery(cursor=cursor, **filters))
+        seen += [r.id for r, _ in records]
+        if cursor is None:
+            return seen
+
+
+def test_released_jobs_are_read_from_the_file(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        (done,) = _ended(store, 1, 100.0)
+        live = store.add_job(SPEC, "tok", state="running")
+        assert not store.held(done) and store.held(live)
+        rec = store.get_job(done)
+        assert (rec.state, rec.iteration, rec.spec.name) == ("finished", 7, "r18")
+        assert store.update_job(done, reason="x").reason == "x"  # history stays writable
+        assert [j.id for j in store.list_jobs()] == [done, live]
+        assert store.state_counts() == {"finished": 1, "running": 1}
+    with Store(tmp_path / "s.db") as store:  # reopened: only what is not over is held
+        assert not store.held(done) and store.held(live)
+
+
+def test_prune_by_count_keeps_the_newest_and_never_a_held_job(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        lost = store.add_job(SPEC, "tok", state="lost", t=1.0)  # held: may come back
+        store.update_job(lost, finished_at=1.0)
+        ids = _ended(store, 30, 1000.0)
+        store.add_event(None, "plan", t=1000.0)  # the node's own: kept within the bounds
+        pruned = store.prune(Retention(max_age_s=1e9, max_jobs=10, max_events=10_000),
+                             now=2000.0)
+        assert [j for j, _ in pruned.jobs] == ids[:21]  # 31 ended, 10 kept: lost is held
+        assert pruned.events == 2 * 21
+        assert _all_pages(store) == [lost, *ids[21:]]
+        assert {e["job"] for e in store.events(limit=5000)} == {*ids[21:], None}
+        again = store.prune(Retention(max_age_s=1e9, max_jobs=10, max_events=10_000),
+                            now=2000.0)
+        assert again.jobs == [] and again.events == 0
+
+
+def test_prune_by_age_and_event_bounds(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        old = _ended(store, 5, 0.0)
+        new = _ended(store, 5, 10 * DAY)
+        running = store.add_job(SPEC, "tok", state="running", t=0.0)  # never pruned
+        store.add_event(None, "plan", t=0.0)
+        pruned = store.prune(Retention(max_age_s=7 * DAY, max_jobs=100, max_events=4),
+                             now=11 * DAY)
+        assert [j for j, _ in pruned.jobs] == old
+        assert _all_pages(store) == [*new, running]
+        assert len(store.events(limit=5000)) == 4  # the newest four of new's ten
+
+
+def test_prune_goes_in_batches(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        _ended(store, 25, 0.0)
+        rule = Retention(max_age_s=DAY, max_jobs=5, max_events=10_000, batch=8)
+        sizes = [len(store.prune(rule, now=10 * DAY).jobs) for _ in range(5)]
+        assert sizes == [8, 8, 8, 1, 0]
+
+
+def test_ids_are_never_given_twice_after_pruning(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        ids = _ended(store, 3, 0.0)
+        store.prune(Retention(max_age_s=1.0, max_jobs=1, max_events=10_000), now=10 * DAY)
+        assert store.get_job(ids[-1]) is None
+        assert store.add_job(SPEC, "tok") == "j-000004"
+    with Store(tmp_path / "s.db") as store:
+        assert store.add_job(SPEC, "tok") == "j-000005"
+
+
+def test_pages_reach_every_job_once_while_jobs_come_and_go(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        ids = _ended(store, 12, 0.0)
+        seen, cursor = [], None
+        records, cursor = store.job_page(JobQuery(limit=5))
+        seen += [r.id for r, _ in records]
+        store.prune(Retention(max_age_s=1e9, max_jobs=5, max_events=10_000), now=1.0)
+        late = store.add_job(SPEC, "tok", state="running")  # arrives meanwhile
+        while cursor is not None:
+            records, cursor = store.job_page(JobQuery(limit=5, cursor=cursor))
+            seen += [r.id for r, _ in records]
+        assert seen == [*ids[:5], *ids[7:], late]  # 5..6 pruned before they were reached
+        assert len(set(seen)) == len(seen)
+
+
+def test_job_filters(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        a = _ended(store, 3, 100.0, name="a")
+        b = _ended(store, 2, 200.0, name="b", state="failed")
+        run = store.add_job(SPEC.model_copy(update={"name": "a"}), "tok", state="running",
+                            t=300.0)
+        assert _all_pages(store, state=["failed"]) == b
+        assert _all_pages(store, state=["running", "failed"]) == [*b, run]
+        assert _all_pages(store, name="a") == [*a, run]
+        assert _all_pages(store, since=101.0, until=201.0) == [a[1], a[2], b[0]]
+        assert _all_pages(store, limit=1, name="a", state=["finished"]) == a
+        assert _all_pages(store, name="nobody") == []
+
+
+def test_event_pages_and_filters(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        a = _ended(store, 2, 100.0, name="a")
+        b = _ended(store, 1, 200.0, name="b")
+        store.add_event(None, "plan", t=300.0)
+        body, cursor = store.event_page(EventQuery(limit=4))
+        assert [e["id"] for e in json.loads(body)] == [1, 2, 3, 4]
+        body, cursor = store.event_page(EventQuery(limit=4, cursor=cursor))
+        assert [e["id"] for e in json.loads(body)] == [5, 6, 7]
+        body, tail = store.event_page(EventQuery(cursor=cursor))  # nothing new: same place
+        assert json.loads(body) == [] and tail == cursor
+        store.add_event(None, "plan", t=400.0)
+        assert [e["id"] for e in json.loads(store.event_page(EventQuery(cursor=tail))[0])] \
+            == [8]
+
+        def kinds(**f):
+            return [(e["job"], e["kind"]) for e in json.loads(store.event_page(
+                EventQuery(**f))[0])]
+
+        assert kinds(kind=["finished"]) == [(a[0], "finished"), (a[1], "finished"),
+                                            (b[0], "finished")]
+        assert kinds(job=b[0]) == [(b[0], "buffered"), (b[0], "finished")]
+        assert kinds(name="a", kind=["buffered"]) == [(a[0], "buffered"), (a[1], "buffered")]
+        assert kinds(t_since=200.0, t_until=400.0) == [(b[0], "buffered"),
+                                                       (b[0], "finished"), (None, "plan")]
+        assert kinds(since=6) == [(None, "plan"), (None, "plan")]  # clients before cursors
+
+
+def test_cursors_are_opaque_and_checked():
+    job = encode_cursor(JOB_CURSOR, "j-000007")
+    assert "j-000007" not in job and decode_cursor(JOB_CURSOR, job) == "j-000007"
+    assert decode_cursor(EVENT_CURSOR, encode_cursor(EVENT_CURSOR, 42)) == 42
+    for bad in ("", "nonsense", "!!", encode_cursor(EVENT_CURSOR, 3),
+                encode_cursor(JOB_CURSOR, 3), encode_cursor(JOB_CURSOR, True)):
+        with pytest.raises(InputError, match="query parameter 'cursor'"):
+            decode_cursor(JOB_CURSOR, bad)
+    with pytest.raises(InputError, match="query parameter 'cursor'"):
+        decode_cursor(EVENT_CURSOR, encode_cursor(EVENT_CURSOR, "3"))
+
+
+def test_a_page_of_history_shows_what_a_view_of_the_record_shows(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        (done,) = _ended(store, 1, 100.0, state="failed")
+        store.update_job(done, pid=4242, reason="exit code 3", exit_code=3, workers=0,
+                         started_at=101.0)
+        live = store.add_job(SPEC, "tok", state="running")
+        (rec, spec), (held, none) = store.job_page(JobQuery())[0]
+        assert held.id == live and none is None and spec is not None
+        full = store.get_job(done)
+        expected = JobView.from_record(full, iteration=full.iteration).model_dump_json()
+        assert json.loads(_history_json(rec, spec)) == json.loads(expected)
