@@ -94,7 +94,6 @@ def run_space(paper: DeviceProfile, model_for, base: SimConfig, policy: str = "f
               names: tuple[str, ...] | None = None) -> list[dict]:
     """Every member (or ``names``) once; ``model_for(profile)`` the TPM fitted on a profile."""
     from adloader.sim import no_daemon
-    from adloader.sim.schedule_oracle import jct_floor
 
     rows = []
     for member in MEMBERS:
@@ -102,25 +101,21 @@ def run_space(paper: DeviceProfile, model_for, base: SimConfig, policy: str = "f
             continue
         trace, profile, config = member_case(member.name, paper, base)
         model = model_for(profile)
-        compared = {r["setting"]: r for r in no_daemon.compare(trace, profile, model, config,
-                                                              (policy,))}
-        mine = compared[f"daemon: {policy}"]
-        fixed = [compared[f"no daemon: {s}"] for s in no_daemon.SETTINGS]
-        floor = jct_floor(trace, profile, model,
-                          replace(config, capacity=config.capacity or profile.cores))
-        best_jct = min(r["mean_jct_s"] for r in fixed)
-        best_span = min(r["makespan_s"] for r in fixed)
-        floor_x = floor["mean_jct"] / best_jct
+        compared = no_daemon.compare(trace, profile, model, config, (policy,))
+        mine = next(r for r in compared if r["setting"] == f"daemon: {policy}")
+        best = no_daemon.best_fixed(compared)
+        floor = no_daemon.floor(trace, profile, model, config)
+        floor_x = floor["mean_jct"] / best["mean_jct_s"]["mean_jct_s"]
         rows.append({
             "mix": member.name, "what": member.what, "policy": policy, "jobs": len(trace.jobs),
             "cores": profile.cores, "gpus": profile.gpus,
-            "best_fixed_makespan": min(fixed, key=lambda r: r["makespan_s"])["setting"],
-            "best_fixed_jct": min(fixed, key=lambda r: r["mean_jct_s"])["setting"],
+            "best_fixed_makespan": best["makespan_s"]["setting"],
+            "best_fixed_jct": best["mean_jct_s"]["setting"],
             **{k: mine[k] for k in ("makespan_x_best_fixed", "mean_jct_x_best_fixed",
                                     "makespan_x_autotune", "mean_jct_x_autotune",
                                     "worst_jct_x_even")},
             "floor_jct_x_best_fixed": floor_x,
-            "floor_makespan_x_best_fixed": floor["makespan"] / best_span,
+            "floor_makespan_x_best_fixed": floor["makespan"] / best["makespan_s"]["makespan_s"],
             "verdict": verdict(mine, floor_x)})
     return rows
 

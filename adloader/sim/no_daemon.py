@@ -19,6 +19,7 @@ arrival buffer out).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 from adloader.sim.device_profile import DeviceProfile
@@ -66,9 +67,8 @@ def compare(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
             j["arrival_s"] for j in r["jobs"])
         r["worst_jct_s"] = max(j["jct_s"] for j in r["jobs"])
     even = next(r for r in rows if r["setting"] == "no daemon: even")
-    fixed = [r for r in rows if r["setting"] in {f"no daemon: {s}" for s in SETTINGS}]
     tuned = next(r for r in rows if r["setting"] == f"no daemon: {AUTOTUNE}")
-    best = {f: min(r[f] for r in fixed) for f in FIGURES}
+    best = {f: r[f] for f, r in best_fixed(rows).items()}
     for r in rows:
         r["makespan_x_even"] = r["makespan_s"] / even["makespan_s"]
         r["mean_jct_x_even"] = r["mean_jct_s"] / even["mean_jct_s"]
@@ -79,6 +79,20 @@ def compare(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
             r[f"{f[:-2]}_x_best_fixed"] = r[f] / best[f]
             r[f"{f[:-2]}_x_autotune"] = r[f] / tuned[f]
     return rows
+
+
+def best_fixed(rows: list[dict]) -> dict[str, dict]:
+    """Per figure of ``FIGURES``, the fixed no-daemon row of ``compare`` with the least."""
+    fixed = [r for r in rows if r["setting"] in {f"no daemon: {s}" for s in SETTINGS}]
+    return {f: min(fixed, key=lambda r, f=f: r[f]) for f in FIGURES}
+
+
+def floor(trace: Trace, profile: DeviceProfile, model, base: SimConfig) -> dict:
+    """``schedule_oracle.jct_floor`` on the node ``compare`` gives the daemon."""
+    from adloader.sim.schedule_oracle import jct_floor
+
+    return jct_floor(trace, profile, model,
+                     replace(base, capacity=base.capacity or profile.cores))
 
 
 def targets(row: dict, floor: float = 1 / 0.95) -> dict[str, bool]:
@@ -101,30 +115,28 @@ def across_mixes(profile: DeviceProfile, model, base: SimConfig, seeds: list[int
     goes under (``schedule_oracle.jct_floor``); medians, min and max over the mixes, and in
     how many each of ``targets`` held."""
     from adloader.sim.generator import generate
-    from adloader.sim.schedule_oracle import jct_floor
 
     capacity = base.capacity or profile.cores
     per_mix = []
     for s in seeds:
         trace = generate(jobs, s, mix, rate, profile.gpus)
-        rows = {r["setting"]: r for r in compare(trace, profile, model, base, (policy,))}
-        mine = rows[f"daemon: {policy}"]
-        fixed = [rows[f"no daemon: {x}"] for x in SETTINGS]
-        floor = jct_floor(trace, profile, model, replace(base, capacity=capacity))
+        rows = compare(trace, profile, model, base, (policy,))
+        mine = next(r for r in rows if r["setting"] == f"daemon: {policy}")
+        best = best_fixed(rows)["mean_jct_s"]
         per_mix.append({
             "seed": s, **{k: mine[k] for k in (
                 "makespan_x_best_fixed", "mean_jct_x_best_fixed", "makespan_x_autotune",
                 "mean_jct_x_autotune", "worst_jct_x_even")},
-            "best_fixed": min(fixed, key=lambda r: r["mean_jct_s"])["setting"],
-            "floor_x_best_fixed": floor["mean_jct"] / min(r["mean_jct_s"] for r in fixed),
+            "best_fixed": best["setting"],
+            "floor_x_best_fixed": floor(trace, profile, model, base)["mean_jct"]
+            / best["mean_jct_s"],
             "targets": targets(mine)})
     summary = {}
     for key in ("makespan_x_best_fixed", "mean_jct_x_best_fixed", "makespan_x_autotune",
                 "mean_jct_x_autotune", "worst_jct_x_even", "floor_x_best_fixed"):
-        values = sorted(m[key] for m in per_mix)
-        summary[key] = {"median": values[len(values) // 2] if len(values) % 2 else
-                        (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2,
-                        "min": values[0], "max": values[-1]}
+        values = [m[key] for m in per_mix]
+        summary[key] = {"median": statistics.median(values), "min": min(values),
+                        "max": max(values)}
     held = {name: sum(m["targets"][name] for m in per_mix) for name in per_mix[0]["targets"]}
     possible = sum(m["floor_x_best_fixed"] <= 1 / 1.2 for m in per_mix)
     return {"policy": policy, "capacity": capacity, "mixes": len(per_mix), "summary": summary,

@@ -201,14 +201,9 @@ def against_no_daemon(out: Console, trace, profile, model, config) -> list[dict]
           f"{r['makespan_x_best_fixed']:.3f}", f"{r['mean_jct_x_best_fixed']:.3f}",
           f"{r['makespan_x_autotune']:.3f}", f"{r['mean_jct_x_autotune']:.3f}",
           f"{r['sum_x_even']:.3f}"] for r in compared]))
-    from dataclasses import replace
-
-    from adloader.sim.schedule_oracle import jct_floor
-
-    floor = jct_floor(trace, profile, model, replace(config, capacity=capacity))
-    fixed = [r for r in compared if r["setting"] in {f"no daemon: {s}"
-                                                     for s in no_daemon.SETTINGS}]
-    best, span = (min(r[f] for r in fixed) for f in ("mean_jct_s", "makespan_s"))
+    floor = no_daemon.floor(trace, profile, model, config)
+    fixed = no_daemon.best_fixed(compared)
+    best, span = fixed["mean_jct_s"]["mean_jct_s"], fixed["makespan_s"]["makespan_s"]
     out.print(f"  no schedule, any workers or placement, with or without a daemon (the node "
               f"loads ≤ {floor['peak_loading']:.0f} samples/s, a GPU is busy at most all the "
               f"time; LP over completion orders per group of jobs arriving together, truth "
