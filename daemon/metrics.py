@@ -67,7 +67,7 @@ class BuildCollector:
     """``adloader_build_info{version, commit, python} 1``."""
 
     def collect(self) -> Iterator:
-        from adloader.version import build_info
+        from adloader.host.build_info import build_info
 
         info = build_info()
         build = GaugeMetricFamily("adloader_build_info", "the daemon's version, commit (empty "

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _version() -> str:
     """``adloader 0.1.0 (commit 1a2b3c4, Python 3.12.3)``: what a bug report needs."""
-    from adloader.version import build_info
+    from adloader.host.build_info import build_info
 
     info = build_info()
     commit = f"commit {info['commit']}, " if info["commit"] else ""

@@ -3,7 +3,7 @@ Cython) where the install built them, else their exact Python twins (``ftf_loops
 ``jct_loops``): an install without a C compiler plans the same, only slower.
 
 The policies call the loops through this module (``loops.plan(...)``), never either side by
-name; ``COMPILED`` says which side runs, and ``use`` switches sides (``adloader bench loops``
+name; ``COMPILED`` says which side runs, and ``use`` switches sides (``adloader bench install``
 times one against the other).
 """
 

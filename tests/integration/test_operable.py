@@ -18,7 +18,8 @@ from daemon_harness import Daemon, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from adloader.daemon.process import DaemonProcess
-from adloader.version import __version__, build_info
+from adloader.host.build_info import build_info
+from adloader.version import __version__
 
 BURN = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 60: pass\n"]
 
