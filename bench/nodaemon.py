@@ -137,8 +137,11 @@ class RunWatch:
         return out
 
 
-def summarise(jobs: list[dict], t0: float, watch: RunWatch) -> dict:
-    """The run in the shape every row shares (``replay``'s keys, from the jobs' reports)."""
+def summarise(jobs: list[dict], t0: float, watch: RunWatch, once_cpu_s: float = 0.0) -> dict:
+    """The run in the shape every row shares (``replay``'s keys, from the jobs' reports).
+    ``once_cpu_s``: what of the overhead is paid once a busy period, not per training-second
+    (the daemon's fitting worker's start, as the worker measured it): the overhead is also
+    given without it."""
     for j in jobs:
         j["start_s"], j["end_s"] = round(j["start"] - t0, 3), round(j["end"] - t0, 3)
         j["jct_s"] = j["end_s"]  # every job of the static mix arrives at t0
@@ -146,14 +149,16 @@ def summarise(jobs: list[dict], t0: float, watch: RunWatch) -> dict:
     training_s = sum(j["elapsed_s"] for j in jobs)
     cpu = watch.cpu_by_role()
     cpu["master"] = sum(j.get("master_cpu_s", 0.0) for j in jobs)  # inside the jobs
+    overhead = sum(cpu.get(role, 0.0) for role in OVERHEAD)
     return {"jobs": jobs, "makespan_s": round(max(j["end_s"] for j in jobs), 3),
             "mean_jct_s": round(statistics.mean(j["jct_s"] for j in jobs), 3),
             "worst_jct_s": round(max(j["jct_s"] for j in jobs), 3),
             "aggregate_throughput": round(sum(j["rate"] for j in jobs), 3),
             "memory_mb": round(watch.peak_pss / 2**20, 1),
             "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
-            "overhead_cpu_per_training_s": round(
-                sum(cpu.get(role, 0.0) for role in OVERHEAD) / max(training_s, 1e-9), 5)}
+            "overhead_cpu_per_training_s": round(overhead / max(training_s, 1e-9), 5),
+            "overhead_after_start_cpu_per_training_s": round(
+                max(overhead - once_cpu_s, 0.0) / max(training_s, 1e-9), 5)}
 
 
 OVERHEAD = ("daemon", "refit", "supervisor", "master")  # the roles that are adloader's cost

@@ -193,6 +193,10 @@ def _pages(http: httpx.Client, limit: int = 97, field=lambda j: j["id"]) -> list
         params = {"limit": limit, "cursor": cursor}
 
 
+def _refit_turned(model: dict) -> bool:
+    return model["source"] != "prior" or model.get("refits_skipped", 0) > 0
+
+
 def run_soak_bench(jobs: int | None = None, quick: bool = False,
                    workdir: str | None = None) -> dict:
     """N jobs through a fresh daemon (quick: QUICK_JOBS, keeping QUICK_RETAIN; else
@@ -225,10 +229,10 @@ def run_soak_bench(jobs: int | None = None, quick: bool = False,
             _wait(f"{FIRST} jobs to end", lambda: _kept(daemon.http).get("finished", 0)
                   >= FIRST)
             rss_prior = proc.memory_info().rss / 2**20
-            # the first refit's model loads scikit-learn into the daemon once (~75 MB): the
-            # baseline is a daemon that has done so, as any daemon has after its first jobs
-            _wait("the online model", lambda: daemon.http.get(rest.MODEL).json()["source"]
-                  != "prior", MODEL_WAIT_S)
+            # the baseline is a daemon past its first refit turn, as any daemon is after its
+            # first jobs: a model fitted, or the prior kept because it predicted the samples
+            _wait("the first refit turn", lambda: _refit_turned(daemon.http.get(
+                rest.MODEL).json()), MODEL_WAIT_S)
             rss_first = proc.memory_info().rss / 2**20
             store_first = _store_bytes(state)
             reader.start()

@@ -44,6 +44,11 @@ class LaunchError(RuntimeError):
     """A job's process could not be started; the message says why."""
 
 
+class LogUnwritable(LaunchError):
+    """The job's log file could not be opened in the state folder (full, read-only, an I/O
+    error): the node's fault, not the job's — it waits and is launched again."""
+
+
 @dataclass
 class Launched:
     pid: int
@@ -114,7 +119,14 @@ class Launcher:
         full_env.setdefault(names.CHECKPOINT_DIR, str(self.checkpoint_dir))
         log_path = self.log_path(job_id)
         try:
-            with open(log_path, "ab") as log:
+            for folder in (self.log_dir, self.status_dir):  # a state folder mounted afresh
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            log = open(log_path, "ab")  # noqa: SIM115  (closed below, once the child has it)
+        except OSError as exc:
+            raise LogUnwritable(f"cannot open the log of job {job_id} ({log_path}): "
+                                f"{exc.strerror}") from None
+        try:
+            with log:
                 groups = [arg for d in cgroups for arg in ("--cgroup", d)]
                 proc = subprocess.Popen([*SUPERVISOR, *groups, str(status), "--", *command],
                                         cwd=cwd or None, env=full_env, stdout=log,
@@ -243,19 +255,32 @@ class Launcher:
         usage = self.cpu_usage(job_id)
         return None if usage is None else usage[0]
 
-    def cpu_usage(self, job_id: str) -> tuple[float, float] | None:
+    @staticmethod
+    def process_tree() -> dict[int, list[int]]:
+        """Each process's children, from one pass over the node's processes (psutil's
+        ``children()`` makes that pass once per call: once per job every reading)."""
+        tree: dict[int, list[int]] = {}
+        for proc in psutil.process_iter(["ppid"]):
+            tree.setdefault(proc.info["ppid"], []).append(proc.pid)
+        return tree
+
+    def cpu_usage(self, job_id: str, tree: dict[int, list[int]] | None = None
+                  ) -> tuple[float, float] | None:
         """(CPU % since the last call, CPU seconds so far) of a launched job's processes —
         its supervisor, the job, its workers, and what those have reaped (the kernel adds a
         waited-for child's time to its parent's); the seconds never go down (a counter).
-        None for a job not launched here."""
+        None for a job not launched here. ``tree``: ``process_tree()``, read once for every
+        job of a reading."""
         pid = self.supervisor_pid(job_id)
         if pid is None:
             return None
         percent = seconds = 0.0
-        try:
-            members = [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
-        except psutil.Error:
-            return 0.0, self._cpu_s.get(job_id, 0.0)
+        tree = self.process_tree() if tree is None else tree
+        members, todo = [], [pid]
+        while todo:  # the supervisor and its descendants
+            member = todo.pop()
+            members.append(member)
+            todo.extend(tree.get(member, ()))
         for member in members:
             with contextlib.suppress(psutil.Error):
                 meter = self._meters.get(member)

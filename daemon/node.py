@@ -15,6 +15,7 @@ and written again at the next tick — the scheduler's memory is the truth meanw
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -44,6 +45,7 @@ from .tokens import TokenDigest
 
 log = logging.getLogger("adloader.daemon")
 STORE_CHECK_S = 2.0  # how often the daemon looks whether its state file is still there
+CPU_READ_S = 6.0  # how often each job's CPU is read (a pass over the node's processes)
 LOCK_CHUNK = 64  # messages handled under one hold of the node's lock
 HOUSEKEEPING_S = 0.05  # the scheduler's clock ticks at most this often
 EMULATED_GPUS = 4  # without CUDA: the paper's node (jobs emulate their GPU steps)
@@ -85,6 +87,7 @@ class Node(NodeServiceMixin, ProcessesMixin):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.loop_at = time.monotonic()
+        self._next_cpu_read = 0.0  # the next reading of the jobs' CPU (CPU_READ_S)
         self.online = OnlineModel(prior, self.store, self.scheduler, self.lock,
                                   self._record_event, RefitWorker(str(state)))
         self.shares = JobShares(config.cpu_shares, self._record_event) \
@@ -153,7 +156,9 @@ class Node(NodeServiceMixin, ProcessesMixin):
             broker.close()
         self.online.close()
         with self.lock:
+            self._guarded("store check", self._check_store)  # a deleted store: written back
             self._resync()
+            self._record_store_faults()
             self.store.close()
             if self.node_cache is not None:
                 self.node_cache.close()
@@ -211,12 +216,16 @@ class Node(NodeServiceMixin, ProcessesMixin):
             self._guarded("job pid", self._job_started, job_id, pid)
         if check_store:
             self._guarded("store check", self._check_store)
-            self._guarded("cpu", self._measure_cpu)
+            if time.monotonic() >= self._next_cpu_read:
+                self._next_cpu_read = time.monotonic() + CPU_READ_S
+                self._guarded("cpu", self._measure_cpu)
             if not self.config.capacity:  # automatic: follow the cgroup (in-place pod resize)
                 self._guarded("capacity", self._follow_capacity)
             self._guarded("retention", self.retention.run, self.dirty, self.orphans)
         if self.dirty:
             self._resync()
+        if self.store.recovered:
+            self._record_store_faults()
         if self.orphans:
             self._guarded("orphans", self._watch_orphans)
 
@@ -307,7 +316,24 @@ class Node(NodeServiceMixin, ProcessesMixin):
             self.counters["storage_errors"] += 1
             log.error("event %s of %s not recorded: %s", kind, job_id, exc)
 
+    def _record_store_faults(self) -> None:
+        """Writes went through again: the fault, then its end, as events (neither could be
+        written while it lasted)."""
+        ended, self.store.recovered = self.store.recovered, []
+        for fault in ended:
+            log.warning("the state database takes writes again after %.1f s (%s)",
+                        time.time() - fault.since, fault.cause)
+            with contextlib.suppress(StorageError):
+                self.store.add_event(None, "store_fault", {"cause": fault.cause,
+                                                           "message": fault.message},
+                                     t=fault.since)
+                self.store.add_event(None, "store_recovered", {
+                    "cause": fault.cause, "for_s": round(time.time() - fault.since, 1)})
+
     def _check_store(self) -> None:
+        if self.store.fault is not None:  # nothing else may write for a while: try now
+            with contextlib.suppress(StorageError):
+                self.store.probe()
         note = self.store.restore_if_gone()
         if note:
             self.store_note = note

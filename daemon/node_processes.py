@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from adloader.errors import StorageError
 
-from .launcher import ExitStatus, LaunchError, group_alive, group_of_job
+from .launcher import ExitStatus, LaunchError, LogUnwritable, group_alive, group_of_job
 from .live import ACTIVE, Actions, LiveJob, exit_text
 from .tokens import new_token
 
@@ -45,6 +45,13 @@ class ProcessesMixin:
             started = self.launcher.start(job.id, token, rec.spec.command,
                                           rec.spec.cwd, rec.spec.env, job.workers, job.gpu_ids,
                                           self.shares.dirs(job.id) if self.shares else ())
+        except LogUnwritable as exc:  # the state folder's fault: the job waits, not fails
+            self.counters["launch_failures"] += 1
+            log.error("%s: not launched: %s", job.id, exc)
+            with contextlib.suppress(StorageError):
+                self.store.update_job(job.id, state="queued", workers=0, started_at=None)
+            self._apply(self.scheduler.unlaunched(job, str(exc)))
+            return
         except LaunchError as exc:
             self.counters["launch_failures"] += 1
             self._apply(self.scheduler.exited(job.id, 127, None, str(exc)))
@@ -57,9 +64,11 @@ class ProcessesMixin:
 
     def _measure_cpu(self) -> None:
         """Each launched job's CPU since the last reading (every STORE_CHECK_S)."""
+        tree = None
         for job in self.scheduler.jobs.values():
             if job.state in ACTIVE and job.origin == "rest":
-                usage = self.launcher.cpu_usage(job.id)
+                tree = self.launcher.process_tree() if tree is None else tree
+                usage = self.launcher.cpu_usage(job.id, tree)
                 job.cpu_percent = None if usage is None else usage[0]
                 if usage is not None:
                     job.cpu_s = usage[1]

@@ -2,11 +2,16 @@
 
 Heartbeats become samples — one per job and kind every ``SAMPLE_INTERVAL_S``, checked
 (``store.valid_sample``) and written in one transaction per turn of the control loop.
-After ``REFIT_EVERY`` new samples (and at most every ``REFIT_INTERVAL_S``) the model is
-refitted in a child process (``daemon.refit``: one long-lived worker, so scikit-learn is not
-imported again at every refit) from each job's newest ``FIT_PER_JOB`` samples, the newest
+After ``REFIT_EVERY`` new samples (and at most every ``REFIT_INTERVAL_S``), if the model in
+use mispredicts them (the median relative error of a kind over ``REFIT_TOLERANCE``, with
+``MIN_REAL`` samples of that kind stored to fit it from), the model is refitted in a child
+process (``daemon.refit``: one long-lived worker, so scikit-learn is not imported again at
+every refit, and never in the daemon: it predicts from the fitted arrays,
+``scheduling.compiled``) from each job's newest ``FIT_PER_JOB`` samples, the newest
 ``FIT_WINDOW`` of each kind, so no one job outweighs the node and the store stays bounded.
-Its loading table is made before the node's lock is taken.
+Its loading table is made before the node's lock is taken. A model that already predicts
+the node's samples is not refitted: a fit is ~0.4 CPU-seconds, and one every 20 s was most
+of the daemon's running cost per training-second (docs/benchmarks.md, "Overhead").
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+
+import numpy as np
 
 from adloader.errors import InputError, StorageError
 from adloader.host.atomic import write_json
@@ -35,6 +43,8 @@ REFIT_INTERVAL_S = 20.0  # ... and at most one refit in this long
 SAMPLE_INTERVAL_S = 2.0  # one sample per job in this long (heartbeats come faster)
 FIT_WINDOW = 2000  # the newest samples of each kind a fit uses ...
 FIT_PER_JOB = 200  # ... of which one job gives at most this many
+REFIT_TOLERANCE = 0.10  # a model whose median relative error on new samples is within this
+RECENT = 200  # new samples kept to judge the model in use by
 
 
 def prior_model(profile_name: str, cache: Path | None = None) -> ThroughputModel:
@@ -59,6 +69,25 @@ def prior_model(profile_name: str, cache: Path | None = None) -> ThroughputModel
     return ThroughputModel.from_json(model)
 
 
+def relative_errors(model: ThroughputModel, samples) -> tuple[float, float]:
+    """The median relative error of ``model`` on the training samples and on the loading
+    samples among ``samples`` (0 for a kind with none)."""
+    steps = [s for s in samples if isinstance(s, TrainingSample)]
+    loads = [s for s in samples if isinstance(s, LoadingSample)]
+    out = []
+    for kind, truth, predicted in (
+            (steps, lambda s: s.step_s, lambda k: model.training.step_time(
+                *np.array([[s.batch_size, s.flops_g, s.params_m, s.gpus] for s in k]).T)),
+            (loads, lambda s: s.loading_rate, lambda k: model.loading.rate(
+                *np.array([[s.job_workers, s.node_workers] for s in k]).T))):
+        if not kind:
+            out.append(0.0)
+            continue
+        real = np.array([truth(s) for s in kind], float)
+        out.append(float(np.median(np.abs(predicted(kind) - real) / np.maximum(real, 1e-9))))
+    return out[0], out[1]
+
+
 class OnlineModel:
     def __init__(self, prior: ThroughputModel, store: Store, scheduler, lock,
                  record_event: Callable[[str | None, str, dict], None],
@@ -73,6 +102,8 @@ class OnlineModel:
         self._last_refit = 0.0
         self._refitting = False
         self._fitting = threading.Lock()
+        self._recent: deque = deque(maxlen=RECENT)  # samples since the last fit or check
+        self.skipped = 0  # refits not made: the model in use predicted the new samples
 
     def take(self, samples) -> None:
         """Keep one valid sample per job and kind every SAMPLE_INTERVAL_S."""
@@ -94,6 +125,7 @@ class OnlineModel:
         batch, self.pending = self.pending, []
         self.store.add_job_samples(batch)
         self._new_samples += len(batch)
+        self._recent.extend(sample for _, sample in batch)
 
     def close(self) -> None:
         if self.fitter is not None:
@@ -102,10 +134,22 @@ class OnlineModel:
     def maybe_refit(self) -> None:
         if (self._new_samples >= REFIT_EVERY and not self._refitting
                 and time.monotonic() - self._last_refit >= REFIT_INTERVAL_S):
-            self._new_samples, self._refitting = 0, True
-            self._last_refit = time.monotonic()
+            self._new_samples, self._last_refit = 0, time.monotonic()
+            recent, self._recent = list(self._recent), deque(maxlen=RECENT)
+            if not self._worth_fitting(recent):
+                self.skipped += 1
+                return
+            self._refitting = True
             threading.Thread(target=self._refit_quietly, name="adloader-refit",
                              daemon=True).start()
+
+    def _worth_fitting(self, recent: list) -> bool:
+        """A kind the model in use mispredicts, of which the node has enough samples to fit
+        it (``MIN_REAL``; else the fit would keep that part as it is)."""
+        counts = self.store.sample_counts()
+        errors = relative_errors(self.scheduler.model, recent)
+        return any(err > REFIT_TOLERANCE and counts.get(kind, 0) >= MIN_REAL
+                   for kind, err in zip(("training", "loading"), errors, strict=True))
 
     def _refit_quietly(self) -> None:
         try:

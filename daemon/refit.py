@@ -90,6 +90,9 @@ class RefitWorker:
         self.label, self.idle_exit_s = label, idle_exit_s
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        # what the workers said they used: their starts (the imports) apart from their fits
+        self.usage = {"starts": 0, "startup_cpu_s": 0.0, "fits": 0, "fit_cpu_s": 0.0}
+        self._counted: tuple[int, float] | None = None  # (worker pid, its CPU at its last answer)
 
     def start(self) -> None:
         """Start the child now (it imports what fitting needs before its first request)."""
@@ -131,9 +134,23 @@ class RefitWorker:
                                      f"with {proc.returncode} (its message is in the log)")
             else:
                 raise InputError("fitting the model failed: the fitting process exited")
+        self._account(proc.pid, answer.get("cpu_s"))
         if "error" in answer:
             raise InputError(f"fitting the model failed: {answer['error']}")
         return answer["model"]
+
+    def _account(self, pid: int, cpu: dict | None) -> None:
+        """Add a worker's own CPU reading (``{"startup": s, "now": t}``) to ``usage``."""
+        if not isinstance(cpu, dict):
+            return
+        startup, now = float(cpu.get("startup", 0.0)), float(cpu.get("now", 0.0))
+        if self._counted is None or self._counted[0] != pid:  # a worker not counted yet
+            self.usage["starts"] += 1
+            self.usage["startup_cpu_s"] = round(self.usage["startup_cpu_s"] + startup, 3)
+            self._counted = (pid, startup)
+        self.usage["fits"] += 1
+        self.usage["fit_cpu_s"] = round(self.usage["fit_cpu_s"] + now - self._counted[1], 3)
+        self._counted = (pid, now)
 
     def _answer(self, proc: subprocess.Popen, timeout_s: float) -> dict | None:
         deadline = time.monotonic() + timeout_s
@@ -179,6 +196,9 @@ def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
     from adloader.scheduling import throughput
 
     throughput._regressor("linear", 0)  # scikit-learn imported now, not at the first request
+    throughput._r2([0.0, 1.0], [0.0, 1.0])
+    from scipy.optimize import nnls  # noqa: F401  (the loading stages' search)
+    startup = time.process_time()  # this worker's start: once, not a fit's cost
     stdin = sys.stdin.buffer
     while True:
         ready, _, _ = select.select([stdin], [], [], idle_exit_s)
@@ -191,6 +211,7 @@ def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
             answer = {"model": fit(json.loads(line))}
         except (InputError, ValueError, KeyError, TypeError) as exc:
             answer = {"error": f"{type(exc).__name__}: {exc}"}
+        answer["cpu_s"] = {"startup": round(startup, 4), "now": round(time.process_time(), 4)}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
 

@@ -166,6 +166,8 @@ class NodeServiceMixin:
         st = m.loading.stages
         return {
             "source": self.online.source,
+            "refits_skipped": self.online.skipped,  # the model in use predicted the samples
+            "fitter": dict(self.online.fitter.usage) if self.online.fitter else None,
             "samples": {"training": counts.get("training", 0),
                         "loading": counts.get("loading", 0)},
             "training": {"regressor": m.training.regressor, "r2": m.training.scores},
@@ -180,6 +182,10 @@ class NodeServiceMixin:
                "capacity": self.capacity, "gpus": self.gpus, "pid": os.getpid()}
         if self.store_note:
             out["store"] = self.store_note
+        fault = self.store.fault
+        if fault is not None:  # writes fail: jobs go on, their records wait in memory
+            out["status"] = "degraded"
+            out["store_fault"] = fault.to_json()
         if self.dirty:
             out["status"] = "degraded"
             out["unwritten_jobs"] = len(self.dirty)

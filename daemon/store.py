@@ -31,6 +31,7 @@ from .history import HistoryMixin
 from .job_record import JOB_COLUMNS, JobRecord, record_of
 from .live import TERMINAL
 from .retention import RetentionMixin
+from .store_fault import CAUSES, StoreFault, diagnose
 from .store_tpm import TpmStoreMixin, valid_sample  # noqa: F401  (valid_sample: its users')
 
 FINAL_STATES = ("finished", "failed", "lost", "cancelled")
@@ -73,6 +74,9 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         self.path = Path(path)
         self._lock = threading.RLock()
         self._digest = digest
+        self.fault: StoreFault | None = None  # failing writes since, and why
+        self.recovered: list[StoreFault] = []  # faults that ended: the daemon records them
+        self._diagnosed = 0.0  # when the last failure's cause was read from the file system
         self._open()
 
     def _open(self) -> None:
@@ -141,6 +145,9 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
             try:
                 yield self._db
                 self._db.execute("COMMIT")
+                if self.fault is not None:  # writes go through again
+                    self.recovered.append(self.fault)
+                    self.fault = None
             except BaseException as exc:
                 if self._db.in_transaction:
                     with suppress(sqlite3.Error):
@@ -150,12 +157,24 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
                 raise
 
     def _failed(self, exc: sqlite3.Error) -> StorageError:
+        """The error to raise for an SQLite failure, its cause read from the file system
+        (``store_fault.diagnose``); kept in ``fault`` until a write succeeds."""
         text = str(exc)
-        if "full" in text or "I/O" in text:
-            return StorageError(f"{self.path}: cannot write the state database ({text}): "
-                                "free space in the state directory")
-        return StorageError(f"{self.path}: the state database failed ({text}); "
-                            + _DAMAGED.format(path=self.path))
+        now = time.monotonic()
+        if self.fault is not None and now - self._diagnosed < 1.0:  # a run of failures:
+            cause = "" if self.fault.cause == "damaged" else self.fault.cause  # once a second
+        else:
+            cause, self._diagnosed = diagnose(self.path, text), now
+        if cause:
+            message = (f"{self.path}: cannot write the state database ({text}): "
+                       f"{CAUSES[cause]}")
+        else:
+            message = (f"{self.path}: the state database failed ({text}); "
+                       + _DAMAGED.format(path=self.path))
+        if self.fault is None or self.fault.cause != (cause or "damaged"):  # since the first
+            since = self.fault.since if self.fault is not None else time.time()
+            self.fault = StoreFault(cause or "damaged", message, since)
+        return StorageError(message)
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
         with self._lock:
@@ -163,6 +182,12 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
                 return self._db.execute(sql, tuple(params)).fetchall()
             except sqlite3.Error as exc:
                 raise self._failed(exc) from None
+
+    def probe(self) -> None:
+        """One small write (the time, in ``meta``): whether the store takes writes again."""
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('probe', ?)",
+                       (int(time.time()),))
 
     def close(self) -> None:
         """Checkpoint the WAL into the file and close."""

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from adloader import limits
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 
+MODELS_KEPT = 5  # fitted models kept in the store, newest first (the daemon reads the last)
+
 
 def valid_sample(sample: TrainingSample | LoadingSample) -> bool:
     """Whether a measured sample is one the TPM may learn from: finite, positive, in bounds."""
@@ -107,10 +109,12 @@ class TpmStoreMixin:
 
     # -- fitted models -----------------------------------------------------------------
     def save_model(self, model_json: dict, t: float | None = None) -> int:
-        """Keep a fitted TPM (``ThroughputModel.to_json()``); returns its id."""
+        """Keep a fitted TPM (``ThroughputModel.to_json()``); returns its id. Only the newest
+        ``MODELS_KEPT`` are kept: a busy node refits every few tens of seconds, for months."""
         with self._transaction() as db:
             cur = db.execute("INSERT INTO models (t, json) VALUES (?, ?)",
                              (time.time() if t is None else t, json.dumps(model_json)))
+            db.execute("DELETE FROM models WHERE id <= ?", (cur.lastrowid - MODELS_KEPT,))
             return int(cur.lastrowid)
 
     def latest_model(self) -> dict | None:

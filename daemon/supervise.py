@@ -22,6 +22,7 @@ ends what is left of the group and records the ending (``daemon.node``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -98,7 +99,12 @@ def main(argv: list[str]) -> int:
         print(f"adloader: cannot record the job's pid: {exc}", file=sys.stderr, flush=True)
     code = child.wait()
     result = {"signal": -code} if code < 0 else {"exit_code": code}
-    write_status(status, {**result, "pid": child.pid, "t": time.time()})
+    try:
+        write_status(status, {**result, "pid": child.pid, "t": time.time()})
+    except OSError as exc:  # a full or read-only state folder: the exit code still tells it
+        with contextlib.suppress(OSError):  # the log is in the same folder
+            print(f"adloader: cannot record the job's exit status ({exc.strerror}); the "
+                  "supervisor exits with it instead", file=sys.stderr, flush=True)
     return 128 - code if code < 0 else code
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from adloader.errors import InputError
+from adloader.scheduling.compiled import EXPORTED, Compiled, export
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 
 TEST_FRACTION = 0.4  # the paper trains on 60 % of the samples and validates on 40 %
@@ -80,11 +81,13 @@ class TrainingRateModel:
     kept and predictions are ``x · α`` — a model read back from JSON then needs no sklearn."""
 
     def __init__(self, regressor: str, samples: np.ndarray, scores: dict[str, float], seed=0,
-                 coef=None):
+                 coef=None, compiled: dict | None = None):
         self.regressor, self.samples, self.scores, self.seed = regressor, samples, scores, seed
         self.coef = None if coef is None else np.asarray(coef, float)
         self._model = None
-        if self.coef is None:
+        if self.coef is None and compiled is not None and regressor in EXPORTED:
+            self._model = Compiled(regressor, compiled)  # fitted elsewhere: no sklearn here
+        elif self.coef is None:
             x, y = training_features(*samples[:, :4].T), samples[:, 4]
             self._model = _regressor(regressor, seed, len(samples)).fit(x, y)
             if regressor == "linear":
@@ -124,12 +127,22 @@ class TrainingRateModel:
             "seed": self.seed,
             "samples": self.samples.round(9).tolist(),
             **({"coef": self.coef.tolist()} if self.coef is not None else {}),
+            **_exported(self.regressor, self._model),
         }
 
     @classmethod
     def from_json(cls, data: dict) -> TrainingRateModel:
         samples = np.array(data["samples"], float)
-        return cls(data["regressor"], samples, data["scores"], data["seed"], data.get("coef"))
+        return cls(data["regressor"], samples, data["scores"], data["seed"], data.get("coef"),
+                   data.get("compiled"))
+
+
+def _exported(name: str, model) -> dict:
+    """``{"compiled": arrays}`` for a regressor a reader can predict with, numpy only."""
+    if isinstance(model, Compiled):
+        return {"compiled": model.data}
+    data = export(name, model) if model is not None and name in EXPORTED else None
+    return {"compiled": data} if data is not None else {}
 
 
 def _hinges(d, node, k1, k2) -> np.ndarray:
@@ -152,11 +165,15 @@ class Stages:
 class LoadingRateModel:
     """F_λ (eq. 7 with contention): λ(d; D) samples/s, d job workers among D node workers."""
 
-    def __init__(self, regressor, samples: np.ndarray, scores, stages: Stages, seed=0):
+    def __init__(self, regressor, samples: np.ndarray, scores, stages: Stages, seed=0,
+                 compiled: dict | None = None):
         self.regressor, self.samples, self.scores, self.stages, self.seed = (
             regressor, samples, scores, stages, seed,
         )
-        if regressor != "staged":
+        self._model = None
+        if compiled is not None and regressor in EXPORTED:
+            self._model = Compiled(regressor, compiled)  # fitted elsewhere: no sklearn here
+        elif regressor != "staged":
             self._model = _regressor(regressor, seed, len(samples)).fit(samples[:, :2],
                                                                         samples[:, 2])
 
@@ -245,6 +262,7 @@ class LoadingRateModel:
                 "slopes": list(self.stages.slopes),
             },
             "samples": self.samples.round(6).tolist(),
+            **_exported(self.regressor, self._model),
         }
 
     @classmethod
@@ -252,7 +270,7 @@ class LoadingRateModel:
         st = data["stages"]
         stages = Stages(st["contention_from"], st["saturation_at"], tuple(st["slopes"]))
         return cls(data["regressor"], np.array(data["samples"], float), data["scores"], stages,
-                   data["seed"])
+                   data["seed"], data.get("compiled"))
 
 
 class ThroughputModel:

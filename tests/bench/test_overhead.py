@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,10 @@ def run(tmp_path_factory):
                 crop=64, data=str(data), images=64, timeout_s=300, report_dir=str(reports),
                 poll_s=replay_mod.POLL_S)
             watch.sample()
+            # the daemon predicts from the child's fitted arrays (scheduling.compiled): it
+            # never loads scikit-learn, whichever regressor won
+            maps = Path(f"/proc/{daemon.proc.pid}/maps").read_text()
+            model = daemon.call("GET", "/v1/model").json()
             wall_s = time.time() - t0
             rest_s = _main_thread_cpu_s(daemon.proc.pid) - rest_0
             during = watch.cpu_by_role()
@@ -83,7 +88,8 @@ def run(tmp_path_factory):
             for j in trace.jobs]
     measured = nodaemon.summarise(jobs, t0, watch)
     return {"replay": result, "measured": measured, "during": during, "wall_s": wall_s,
-            "rest_s": rest_s, "jobs": len(jobs)}
+            "rest_s": rest_s, "jobs": len(jobs), "sklearn_in_daemon": "/sklearn/" in maps,
+            "model": model}
 
 
 def test_every_job_ran_under_the_daemon(run):
@@ -106,6 +112,13 @@ def test_adloader_own_processes_stay_within_their_cpu_budget(run):
     assert not over, (f"over budget: {over} (budget {BUDGET}); all: {shown}; CPU-s during "
                       f"the run {cpu}, masters {master:.3f}, {wall:.1f} s; per training-s "
                       f"{run['measured']['overhead_cpu_per_training_s']}")
+
+
+def test_the_daemon_never_loads_scikit_learn_and_its_fitting_worker_accounts_for_itself(run):
+    assert not run["sklearn_in_daemon"]
+    fitter = run["model"]["fitter"]
+    if fitter["starts"]:  # a fit was made: the worker's start is what the watch saw, mostly
+        assert 0 < fitter["startup_cpu_s"] <= run["during"].get("refit", 0.0) + 0.05, fitter
 
 
 def test_the_watch_counts_a_daemon_child_that_does_not_name_the_run(tmp_path):

@@ -37,6 +37,9 @@ def test_the_worker_fits_what_a_one_shot_child_fits_and_survives_being_killed():
         with pytest.raises(InputError, match="fitting the model failed"):
             worker.fit({"prior": first, "training": [[1, 2]], "loading": []})
         assert worker.fit(request) == first  # a bad request costs that request only
+        # its own account: two workers started, five answers (the refused one's too)
+        assert worker.usage["starts"] == 2 and worker.usage["fits"] == 5, worker.usage
+        assert worker.usage["startup_cpu_s"] > worker.usage["fit_cpu_s"] / 5 > 0
     finally:
         worker.close()
     assert worker._proc is None
@@ -69,6 +72,10 @@ def test_a_warm_worker_fits_without_importing_again():
         for _ in range(3):
             worker.fit(request)
         each = (sum(proc.cpu_times()[:2]) - before) / 3
+        said = worker.usage  # what the worker says of itself agrees with the kernel's count
+        assert said["starts"] == 1 and said["fits"] == 4
+        fits_said = said["fit_cpu_s"] - each  # the first fit's cost: about one more
+        assert abs(fits_said / 3 - each) < 0.05 + 0.25 * each, (said, each)
     finally:
         worker.close()
     assert each < 1.0, f"{each:.2f} CPU-s a fit"

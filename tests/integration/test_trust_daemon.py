@@ -134,6 +134,25 @@ def test_a_store_deleted_under_the_daemon_is_noticed_and_written_back(tmp_path):
         again.stop()
 
 
+def test_a_store_deleted_just_before_a_graceful_stop_is_written_back_first(tmp_path):
+    """Deleted, a job submitted, the daemon stopped at once (before its 2 s check): the stop
+    checks the store's identity first and writes it back, so the restart has every job."""
+    d = Daemon(tmp_path / "state").start()
+    try:
+        jobs = [d.submit(f"j{i}", command=[sys.executable, "-c", "pass"]) for i in range(3)]
+        for name in ("adloader.db", "adloader.db-wal", "adloader.db-shm"):
+            (d.state_dir / name).unlink(missing_ok=True)
+        jobs.append(d.submit("after", command=[sys.executable, "-c", "pass"]))
+    finally:
+        d.stop()
+    again = Daemon(d.state_dir, port=d.port).start()
+    try:
+        listed = {j["id"] for j in again.http.get("/v1/jobs").json()}
+        assert listed == set(jobs)
+    finally:
+        again.stop()
+
+
 def _can_mount_tmpfs(tmp_path) -> bool:
     target = tmp_path / "probe"
     target.mkdir()

@@ -214,3 +214,15 @@ def test_pruning_keeps_what_a_fit_reads(tmp_path):
         assert store.sample_counts() == {"loading": 20}  # j4's and j3's newest ten
         _, loading = store.samples(per_job=3, newest=5)
         assert [s.loading_rate for s in loading] == [29.0, 30.0, 28.0, 29.0, 30.0]
+
+
+def test_fitted_models_are_bounded_newest_kept(tmp_path):
+    """A busy node refits every few tens of seconds for months: the store keeps the newest
+    ``MODELS_KEPT`` fitted models, not every one."""
+    from adloader.daemon.store_tpm import MODELS_KEPT
+
+    store = Store(tmp_path / "s.db")
+    for v in range(3 * MODELS_KEPT):
+        store.save_model({"v": v})
+    assert store.latest_model() == {"v": 3 * MODELS_KEPT - 1}
+    assert store._query("SELECT COUNT(*) FROM models")[0][0] == MODELS_KEPT

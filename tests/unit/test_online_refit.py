@@ -1,0 +1,94 @@
+"""The online model is refitted only when the model in use mispredicts the node's samples."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from adloader.daemon import online_model
+from adloader.daemon.online_model import REFIT_EVERY, REFIT_TOLERANCE, OnlineModel
+from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.sim import synth
+from adloader.sim.device_profile import load_profile
+
+
+class _Store:
+    def __init__(self):
+        self.counts = {"training": 0, "loading": 0}
+
+    def add_job_samples(self, batch):
+        for _, sample in batch:
+            self.counts["training" if isinstance(sample, TrainingSample) else "loading"] += 1
+
+    def sample_counts(self):
+        return dict(self.counts)
+
+
+class _Scheduler:
+    def __init__(self, model):
+        self.model = model
+
+
+def _online(model, monkeypatch) -> tuple[OnlineModel, list]:
+    fits: list = []
+    online = OnlineModel(model, _Store(), _Scheduler(model), threading.Lock(),
+                         lambda *a: None)
+    monkeypatch.setattr(online, "fit", lambda quiet=False: fits.append(quiet))
+    monkeypatch.setattr(online_model, "REFIT_INTERVAL_S", 0.0)
+    return online, fits
+
+
+def _samples(model, scale: float) -> list:
+    """Samples the model predicts exactly, their step times × ``scale``."""
+    out = []
+    for b, f, m, n in [(64, 1.8, 11.7, 1), (128, 4.1, 25.6, 2), (32, 0.6, 0.27, 1)]:
+        step = float(model.training.step_time(b, f, m, n))
+        out.append(("j", TrainingSample(b, n, f, m, step * scale)))
+    for d, total in [(1, 4), (2, 4), (3, 6)]:
+        out.append(("j", LoadingSample(d, total, float(model.loading.rate(d, total)))))
+    return out
+
+
+def _feed(online, samples, times: int) -> None:
+    for _ in range(times):
+        online.pending.extend(samples)
+        online.flush()
+        online.maybe_refit()
+        for t in threading.enumerate():  # the refit thread, if one started
+            if t.name == "adloader-refit":
+                t.join(5)
+
+
+def test_a_model_that_predicts_the_samples_is_not_refitted(monkeypatch):
+    model = synth.fitted_model(load_profile("paper"), 0)
+    online, fits = _online(model, monkeypatch)
+    _feed(online, _samples(model, 1.0 + REFIT_TOLERANCE / 2), 2 * REFIT_EVERY)
+    assert fits == [] and online.skipped > 0
+
+
+def test_a_model_off_by_more_than_the_tolerance_is_refitted(monkeypatch):
+    model = synth.fitted_model(load_profile("paper"), 0)
+    online, fits = _online(model, monkeypatch)
+    _feed(online, _samples(model, 1.0 + 2 * REFIT_TOLERANCE), 2)
+    assert fits == [True] and online.skipped == 0
+
+
+def test_a_kind_with_too_few_samples_to_fit_does_not_start_a_fit(monkeypatch):
+    """Three training samples mispredicted by 40 %: a fit now would keep F_μ (fewer than
+    MIN_REAL), so none is made until there are enough."""
+    model = synth.fitted_model(load_profile("paper"), 0)
+    online, fits = _online(model, monkeypatch)
+    monkeypatch.setattr(online_model, "REFIT_EVERY", 1)
+    _feed(online, _samples(model, 1.4)[:3], 1)
+    assert fits == [] and online.skipped == 1
+    _feed(online, _samples(model, 1.4)[:3], 1)  # six stored now
+    assert fits == [True]
+
+
+def test_relative_errors_by_kind():
+    model = synth.fitted_model(load_profile("paper"), 0)
+    samples = [s for _, s in _samples(model, 1.3)]
+    steps, loads = online_model.relative_errors(model, samples)
+    assert np.isclose(steps, 0.3 / 1.3) and np.isclose(loads, 0.0)
+    assert online_model.relative_errors(model, []) == (0.0, 0.0)
