@@ -5,7 +5,16 @@ makes; both are imported on first use, so ``import adloader`` stays light. The c
 package's own modules, outside ``cli`` and ``host``) is pure: no sockets, processes or disk.
 """
 
+from typing import TYPE_CHECKING
+
 from adloader.version import __version__
+
+if TYPE_CHECKING:  # what type checkers see; at run time ``__getattr__`` below, on first use
+    from adloader.client.attach import attach
+    from adloader.client.loader import ElasticDataLoader
+    from adloader.client.master import JobCancelled
+    from adloader.client.paths import PathTable
+    from adloader.client.stream import ShardedStream
 
 __all__ = ["ElasticDataLoader", "JobCancelled", "PathTable", "ShardedStream", "attach",
            "__version__"]

@@ -5,8 +5,21 @@ message from a job carries its ``job`` id and ``token``: the daemon judges it by
 alone, whoever sent it. The daemon stamps each command with a sequence number ``seq`` so a
 master drops stale ones queued while it was away. Every field is bounded
 (``adloader.limits``) and every float finite, so nothing a job sends can reach the
-scheduler or the TPM out of range. ``decode`` turns anything malformed, oversized, unknown
-or out of bounds (NaN and Infinity included) into a ProtocolError.
+scheduler or the TPM out of range. ``decode`` turns anything malformed, oversized, of an
+unknown type or out of bounds (NaN and Infinity included) into a ProtocolError.
+
+Versions. A daemon is upgraded while jobs train, and jobs re-attach to the new one; a job
+started later may run a newer library than its daemon; a daemon may be rolled back. So a
+field this release does not know is ignored, not refused (the frame stays bounded by
+MAX_FRAME; the daemon counts them): this is protocol 1 (``PROTOCOL``). Release 0, before it,
+refuses unknown fields, so this release sends none that release 0 does not know — a daemon
+rolled back to it still takes this release's jobs, and its jobs this daemon's messages.
+``Register.protocol`` is read (absent: 0) so that a later release's master can say its
+version; this release's master does not send it yet (release 0 would refuse it). The rule
+from here: add fields freely; send a field an older peer cannot ignore only to a peer whose
+version says it knows it. Tested with frames from newer and older masters
+(``tests/unit/test_protocol_versions.py``) and with the release before this one, a job and
+a daemon of each, restarted under each other (``tests/integration/test_upgrade.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +27,12 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError
 
 from adloader import limits
 
 MAX_FRAME = 64 * 1024
+PROTOCOL = 1  # this release's: unknown fields ignored both ways (0: refused)
 
 JobId = Annotated[str, Field(min_length=1, max_length=limits.MAX_JOB_ID,
                              pattern=limits.JOB_ID_PATTERN)]
@@ -36,7 +50,15 @@ class ProtocolError(ValueError):
 
 
 class _Msg(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)  # a newer peer's fields: dropped
+    _unknown: int = PrivateAttr(default=0)  # how many were, in a decoded frame
+
+    @property
+    def unknown_fields(self) -> int:
+        """Fields of the frame this message was decoded from (nested ones included) that
+        this release does not know (ignored; the daemon counts them:
+        ``adloader_unknown_fields``)."""
+        return self._unknown
 
 
 class JobFeatures(_Msg):
@@ -78,6 +100,8 @@ class Register(_Msg):
     supervisor: Literal["launcher", "run"] | None = None  # who will report its exit status
     name: str | None = Field(default=None, max_length=limits.MAX_NAME)  # what to call it
     data: DataSpec | None = None  # asks for the node cache of its dataset
+    # its version; None: not said (release 0, and this one: encode leaves None out)
+    protocol: int | None = Field(default=None, ge=0, le=limits.MAX_COUNTER)
 
 
 class Heartbeat(_Msg):
@@ -196,11 +220,24 @@ def _decode(frame: bytes, adapter: TypeAdapter):
     if not isinstance(data, dict) or "type" not in data:
         raise ProtocolError("frame has no message type")
     try:
-        return adapter.validate_python(data)
+        msg = adapter.validate_python(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"]) or "message"
         raise ProtocolError(f"{str(data.get('type'))[:32]!r}: {where}: {err['msg']}") from None
+    msg._unknown = _unknown_in(data, msg)
+    return msg
+
+
+def _unknown_in(data: dict, model: BaseModel) -> int:
+    """Fields of ``data`` that ``model``'s class does not know, nested messages included."""
+    known = type(model).model_fields
+    count = len(data.keys() - known.keys())
+    for name in data.keys() & known.keys():
+        value = getattr(model, name)
+        if isinstance(value, BaseModel) and isinstance(data[name], dict):
+            count += _unknown_in(data[name], value)
+    return count
 
 
 def decode_from_job(frame: bytes) -> Register | Heartbeat | Paused | Finish | Exit:

@@ -6,9 +6,10 @@
   call of the planner — a whole decision: ``ftf`` three times with the GPU shares its plans
   leave, and balance's shadow. The two runs must make the same decisions (their event logs
   equal), or the bench fails.
-- **The client's import**: ``import adloader.client`` and ``from adloader import
-  ElasticDataLoader, attach`` timed in a fresh interpreter right after ``import torch`` (the
-  baseline: a training script imports torch anyway), and the heavy modules it loaded.
+- **The client's import**: ``from adloader import ElasticDataLoader`` alone, then with
+  ``import adloader.client`` and ``attach`` (the master: pydantic messages, ZeroMQ), timed in
+  a fresh interpreter right after ``import torch`` (the baseline: a training script imports
+  torch anyway), and the heavy modules it loaded.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ IMPORT_PROBE = (
     "import sys, time\n"
     "import torch\n"
     "t = time.perf_counter()\n"
+    "from adloader import ElasticDataLoader\n"
+    "loader = (time.perf_counter() - t) * 1000\n"
     "import adloader.client\n"
-    "from adloader import ElasticDataLoader, attach\n"
+    "from adloader import attach\n"
     "ms = (time.perf_counter() - t) * 1000\n"
-    "print(ms, ','.join(m for m in {heavy!r} if m in sys.modules))\n")
+    "print(ms, loader, ','.join(m for m in {heavy!r} if m in sys.modules))\n")
 
 
 def _quantiles(times: list[float]) -> dict:
@@ -126,13 +129,15 @@ def arrival_decision(repeats: int = 30, jobs: int = 16, capacity: int = 64) -> l
 def client_import(rounds: int = 7) -> dict:
     """ms the client's import adds to ``import torch`` (median and min over fresh
     interpreters), and the heavy modules it loaded (none expected)."""
-    ms, heavy = [], set()
+    ms, loader, heavy = [], [], set()
     for _ in range(rounds):
         out = subprocess.run([sys.executable, "-c", IMPORT_PROBE.format(heavy=HEAVY)],
                              capture_output=True, text=True, check=True).stdout.split()
         ms.append(float(out[0]))
-        heavy.update(m for m in (out[1] if len(out) > 1 else "").split(",") if m)
+        loader.append(float(out[1]))
+        heavy.update(m for m in (out[2] if len(out) > 2 else "").split(",") if m)
     return {"rounds": rounds, "median_ms": statistics.median(ms), "min_ms": min(ms),
+            "loader_median_ms": statistics.median(loader), "loader_min_ms": min(loader),
             "heavy_loaded": sorted(heavy)}
 
 

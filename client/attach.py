@@ -15,15 +15,23 @@ import secrets
 import socket
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from adloader import env as names
 from adloader import limits
 from adloader.errors import InputError
-from adloader.protocol import JobFeatures
 
 from . import exit_watchdog
-from .master import JobMaster, _rank_world, _stderr
-from .node_ranks import topology
+from .node_ranks import _rank_world, topology
+
+if TYPE_CHECKING:  # imported where used: the master's messages (pydantic) and its ZeroMQ
+    from adloader.protocol import JobFeatures  # channel load when a job attaches, not when
+
+    from .master import JobMaster  # a script imports ``adloader.client`` for its loader
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _int_env(name: str) -> int | None:
@@ -91,6 +99,8 @@ def _features(model, features, batch_size, gpus, iterations, loader, world_size,
     batch = batch_size or getattr(loader, "batch_size", None)
     if not batch:
         raise InputError(f"attach: model {found.name!r}: give batch_size= (the loader has none)")
+    from adloader.protocol import JobFeatures
+
     return JobFeatures(model=found.name[:64], batch_size=int(batch), gpus=gpus or world_size,
                        flops_g=max(found.flops_g, 1e-9), params_m=max(found.params_m, 1e-9),
                        iterations=iterations)
@@ -167,6 +177,8 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
 
         data = data_spec(loader, share_cache, epochs, iterations)
         on_cache = grant_handler(loader, data.epochs, log)
+    from .master import JobMaster
+
     master = JobMaster(loader, job=job, token=token, endpoint=endpoint, features=feats,
                        workers=workers, requested=built if requested is None else requested,
                        checkpoint_dir=checkpoint_dir, state=state, log=log,

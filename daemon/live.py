@@ -59,6 +59,7 @@ class LiveJob:
     ceiling: float = 0.0  # the last plan's c_i·B·F_μ × GPU share, samples/s
     corrected_at: float = 0.0  # when c_i was last updated
     data: DataSpec | None = None  # what it reads, when it asked for the node cache
+    protocol: int = 0  # its master's protocol version (adloader.protocol.PROTOCOL); 0: older
 
     @property
     def remaining_samples(self) -> float:

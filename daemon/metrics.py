@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 COUNTERS = ("dropped_frames", "refused_messages", "undelivered", "loop_errors",
-            "storage_errors", "launch_failures")  # fmt: skip
+            "storage_errors", "launch_failures",
+            "unknown_fields")  # a newer peer's fields, ignored (adloader.protocol)  # fmt: skip
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

@@ -255,6 +255,7 @@ class Node(NodeServiceMixin, ProcessesMixin):
             self.counters["dropped_frames"] += 1
             log.warning("dropped a frame from %r: %s", identity[:64], msg)
             return
+        self.counters["unknown_fields"] += msg.unknown_fields  # a newer master's, ignored
         actions = self.scheduler.message(identity, msg)
         if actions.reply:
             self.counters["refused_messages"] += 1

@@ -60,7 +60,7 @@ def prior_model(profile_name: str, cache: Path | None = None) -> ThroughputModel
     if cache is not None:
         with contextlib.suppress(OSError, ValueError, KeyError, InputError):
             kept = json.loads(cache.read_text())
-            if kept["profile"] == digest:
+            if kept["profile"] == digest and _predicts_without_sklearn(kept["model"]):
                 return ThroughputModel.from_json(kept["model"])
     model = fit_in_child({"prior": name})
     if cache is not None:
@@ -86,6 +86,15 @@ def relative_errors(model: ThroughputModel, samples) -> tuple[float, float]:
         real = np.array([truth(s) for s in kind], float)
         out.append(float(np.median(np.abs(predicted(kind) - real) / np.maximum(real, 1e-9))))
     return out[0], out[1]
+
+
+def _predicts_without_sklearn(model: dict) -> bool:
+    """A kept model whose non-linear parts carry their fitted arrays (one kept by an
+    earlier release does not: it is fitted again rather than rebuilt in the daemon)."""
+    from adloader.scheduling.compiled import EXPORTED
+
+    return all(part.get("regressor") not in EXPORTED or "compiled" in part
+               for part in (model["training"], model["loading"]))
 
 
 class OnlineModel:

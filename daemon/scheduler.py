@@ -324,7 +324,8 @@ class Scheduler(EndingsMixin):
                       workers=min(max(msg.workers, 1), max(free, 1)),
                       gpu_ids=tuple(range(min(feats.gpus, self.gpus))), last_seen=now,
                       submitted=now, registered=True, supervisor=msg.supervisor,
-                      peer=identity, name=msg.name or "", data=msg.data, pid=msg.pid or None)
+                      peer=identity, name=msg.name or "", data=msg.data, pid=msg.pid or None,
+                      protocol=msg.protocol or 0)
         self.jobs[job.id] = job
         self._open(self.arrival_window_s)
         job.seq += 1
@@ -348,7 +349,7 @@ class Scheduler(EndingsMixin):
 
     def _registered(self, job: LiveJob, msg: Register) -> Actions:
         """A launched job's master says hello: confirm its workers."""
-        job.registered, job.data = True, msg.data
+        job.registered, job.data, job.protocol = True, msg.data, msg.protocol or 0
         if job.supervisor != "launcher":  # a launched job's own pid comes from its supervisor
             job.pid = msg.pid or None
         if job.state in WAITING:  # registered before it was planned: run what it has

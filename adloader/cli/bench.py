@@ -92,9 +92,11 @@ def bench_install(args) -> int:
         out.print(f"one ftf call, {r['case']}, {r['loops']} loops: {r['median_ms']:.2f} ms "
                   f"median ({r['cpu_median_ms']:.2f} ms CPU)")
     imp = result["client_import"]
-    out.print(f"the client's import after `import torch`: {imp['median_ms']:.0f} ms median, "
-              f"{imp['min_ms']:.0f} ms min over {imp['rounds']} interpreters; heavy modules "
-              f"loaded: {', '.join(imp['heavy_loaded']) or 'none'}")
+    out.print(f"the client's import after `import torch` ({imp['rounds']} interpreters, "
+              f"median / min): ElasticDataLoader {imp['loader_median_ms']:.0f} / "
+              f"{imp['loader_min_ms']:.0f} ms; with attach (pydantic, ZeroMQ) "
+              f"{imp['median_ms']:.0f} / {imp['min_ms']:.0f} ms; heavy modules loaded: "
+              f"{', '.join(imp['heavy_loaded']) or 'none'}")
     _output.save(args.json, result)
     return 0
 

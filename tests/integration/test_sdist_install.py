@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import zipfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ci_rules import cannot, run
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_SIDE = {"torch", "numpy", "pydantic", "pyzmq", "psutil"}
@@ -47,16 +47,6 @@ print(json.dumps({{"file": adloader.__file__, "loops": loops.plan.__module__,
 """
 
 
-def _cannot(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"the sdist test cannot run: {reason}")
-    pytest.skip(reason)
-
-
-def _run(cmd, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
-
-
 def _case() -> dict:
     """16 jobs and one arrival on 64 workers, rows linear in d (the staged TPM's)."""
     rng = np.random.default_rng(7)
@@ -73,20 +63,20 @@ def _case() -> dict:
 def installed(tmp_path_factory):
     """(the environment's python, pip's output) after installing the sdist with no compiler."""
     if shutil.which("git") is None:
-        _cannot("no git to list the tree's files")
-    if _run([sys.executable, "-c", "import build, venv"]).returncode != 0:
-        _cannot("the `build` module is missing (pip install build)")
+        cannot("no git to list the tree's files")
+    if run([sys.executable, "-c", "import build, venv"]).returncode != 0:
+        cannot("the `build` module is missing (pip install build)")
     work = tmp_path_factory.mktemp("sdist")
     tree = work / "tree"  # the tree's own files, as a fresh clone has them: no .so, no .c
-    files = _run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                 check=True).stdout.split("\n")
+    files = run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                check=True).stdout.split("\n")
     for name in filter(None, files):
         if (ROOT / name).is_file():
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, tree / name)
     # the sdist, then a wheel from it with this machine's compiler (the loops compiled in)
-    built = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir",
-                  str(work / "dist"), str(tree)])
+    built = run([sys.executable, "-m", "build", "--no-isolation", "--outdir",
+                 str(work / "dist"), str(tree)])
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (sdist,) = (work / "dist").glob("adloader-*.tar.gz")
     (wheel,) = (work / "dist").glob("adloader-*.whl")
@@ -100,17 +90,17 @@ def installed(tmp_path_factory):
     assert not any(n.endswith(".so") for n in names), "an sdist carries no binary"
     assert any(n.endswith("scheduling/ftf_kernel.pyx") for n in names)
     env_dir = work / "venv"
-    made = _run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)])
+    made = run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)])
     if made.returncode != 0:
-        _cannot(f"no venv: {made.stderr.strip()[-300:]}")
+        cannot(f"no venv: {made.stderr.strip()[-300:]}")
     python = env_dir / "bin" / "python"
     # ensurepip's own setuptools (65 on 3.11) cannot build a wheel without the `wheel`
     # package: leave the build to the system's (≥ 70.1, as pyproject.toml asks)
-    _run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"])
+    run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"])
     no_cc = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false", "PIP_NO_INPUT": "1",
              "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    pip = _run([str(python), "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps",
-                "--force-reinstall", str(sdist)], env=no_cc, cwd=work)
+    pip = run([str(python), "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps",
+               "--force-reinstall", str(sdist)], env=no_cc, cwd=work)
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
     return python, env_dir, pip.stdout + pip.stderr, work
 
@@ -121,9 +111,9 @@ def test_the_sdist_installs_with_no_compiler_and_runs_the_python_loops(installed
     site = next((env_dir / "lib").glob("python*/site-packages"))
     assert not list((site / "adloader" / "scheduling").glob("*_kernel*.so"))
     case = _case()
-    done = _run([str(python), "-c", PROBE.format(daemon_only=DAEMON_ONLY,
-                                                 case=json.dumps(case))],
-                cwd=work, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    done = run([str(python), "-c", PROBE.format(daemon_only=DAEMON_ONLY,
+                                                case=json.dumps(case))],
+               cwd=work, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(seen["file"]).resolve().is_relative_to(site.resolve()), seen["file"]

@@ -22,16 +22,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from ci_rules import cannot
 from daemon_harness import Daemon, wait_for
 
 EXT4_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
 SHUTDOWN_NOLOGFLUSH = 2
-
-
-def _cannot(why: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true, and this test cannot run here: {why}")
-    pytest.skip(why)
 
 
 def _run(*argv: str) -> None:
@@ -43,7 +38,7 @@ def mounts(tmp_path):
     """``make(kind)`` mounts a fresh file system at a new mount point and returns it;
     everything is unmounted at the end."""
     if os.geteuid() != 0:
-        _cannot("mounting file systems needs root")
+        cannot("mounting file systems needs root")
     made: list[tuple[Path, str | None]] = []
 
     def make(kind: str, size: str = "16m") -> Path:
@@ -56,7 +51,7 @@ def mounts(tmp_path):
                      str(point))
             else:
                 if not (shutil.which("mkfs.ext4") and shutil.which("losetup")):
-                    _cannot("mkfs.ext4 and losetup are needed (e2fsprogs, util-linux)")
+                    cannot("mkfs.ext4 and losetup are needed (e2fsprogs, util-linux)")
                 image = tmp_path / f"disk{len(made)}.img"
                 _run("truncate", "-s", "64M", str(image))
                 _run("mkfs.ext4", "-q", "-F", str(image))
@@ -64,7 +59,7 @@ def mounts(tmp_path):
                                       capture_output=True, text=True).stdout.strip()
                 _run("mount", "-o", "errors=remount-ro", loop, str(point))
         except subprocess.CalledProcessError as exc:
-            _cannot(f"{' '.join(exc.cmd)}: {exc.stderr.strip()}")
+            cannot(f"{' '.join(exc.cmd)}: {exc.stderr.strip()}")
         made.append((point, loop))
         return point
 
@@ -146,7 +141,7 @@ def test_a_read_only_file_system_refuses_writes_and_a_fresh_one_takes_the_state(
                 if line.split()[1] == str(point))
     trigger = Path(f"/sys/fs/ext4/{Path(loop).name}/trigger_fs_error")
     if not trigger.exists():
-        _cannot(f"{trigger} is missing (the kernel's ext4 has no error trigger)")
+        cannot(f"{trigger} is missing (the kernel's ext4 has no error trigger)")
     trigger.write_text("test: read-only\n")
     _refused(daemon, "read_only", "read-only")
     wait_for(lambda: daemon.http.get("/healthz").json().get("unwritten_jobs"), 30,
@@ -164,7 +159,7 @@ def test_an_io_error_refuses_writes_and_the_daemon_stays_up(started):
     try:
         fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, struct.pack("I", SHUTDOWN_NOLOGFLUSH))
     except OSError as exc:
-        _cannot(f"EXT4_IOC_SHUTDOWN: {exc.strerror}")
+        cannot(f"EXT4_IOC_SHUTDOWN: {exc.strerror}")
     finally:
         os.close(fd)
     _refused(daemon, "io_error", "I/O error")
@@ -176,7 +171,7 @@ def test_an_io_error_refuses_writes_and_the_daemon_stays_up(started):
 def test_immutable_state_files_hold_a_launch_back_until_they_are_writable(mounts):
     point = mounts("tmpfs")
     if not shutil.which("chattr"):
-        _cannot("chattr is needed (e2fsprogs)")
+        cannot("chattr is needed (e2fsprogs)")
     daemon = Daemon(point / "state").start()
     try:
         logs = point / "state" / "logs"

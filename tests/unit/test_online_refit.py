@@ -92,3 +92,26 @@ def test_relative_errors_by_kind():
     steps, loads = online_model.relative_errors(model, samples)
     assert np.isclose(steps, 0.3 / 1.3) and np.isclose(loads, 0.0)
     assert online_model.relative_errors(model, []) == (0.0, 0.0)
+
+
+def test_a_kept_prior_without_its_arrays_is_fitted_again(tmp_path, monkeypatch):
+    """A prior cached by an earlier release (a non-linear part, no arrays) would be rebuilt
+    in the daemon, loading scikit-learn: it is fitted again in the child instead."""
+    import json
+
+    from adloader.scheduling.compiled import EXPORTED
+
+    model = synth.fitted_model(load_profile("paper"), 0).to_json()
+    cache = tmp_path / "prior.json"
+    fitted = []
+    monkeypatch.setattr(online_model, "fit_in_child", lambda req: fitted.append(req) or model)
+    online_model.prior_model("paper", cache)  # writes the cache (a fit)
+    assert len(fitted) == 1
+    online_model.prior_model("paper", cache)  # read back
+    assert len(fitted) == 1
+    kept = json.loads(cache.read_text())
+    kept["model"]["training"]["regressor"] = EXPORTED[0]  # as an earlier release kept it
+    kept["model"]["training"].pop("compiled", None)
+    cache.write_text(json.dumps(kept))
+    online_model.prior_model("paper", cache)
+    assert len(fitted) == 2
