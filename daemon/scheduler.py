@@ -232,7 +232,8 @@ class Scheduler(EndingsMixin):
     def _views(self, jobs: list[LiveJob]) -> list[PlanJob]:
         return [PlanJob(j.id, j.batch_size, j.gpus, j.flops_g, j.params_m, j.remaining_samples,
                         j.state in ACTIVE, j.workers, j.gpu_ids, j.requested, j.rate_scale,
-                        length_known=bool(j.iterations)) for j in jobs]
+                        length_known=bool(j.iterations), started=j.iteration > 0)
+                for j in jobs]
 
     def _plan(self, jobs: list[LiveJob]):
         return plan(self._views(jobs), capacity=self.capacity, gpus=self.gpus,

@@ -151,14 +151,18 @@ class FinishFair(Policy):
         """Deadlines from the shadow; then twice more with each job's GPU share as the plan
         leaves it (a partner held to few workers leaves the GPU to it). While a job that
         stated no length is present, ``fair`` at the same α (deadlines and shortest-first
-        would rest on a guess); the shadow keeps following every job meanwhile."""
+        would rest on a guess); the shadow keeps following every job meanwhile. A job enters
+        the shadow at its first batch: its start-up is the same whatever the allocation, so
+        balance's clock for it starts there (until then its deadline is projected from now)."""
         d, alpha = decision, self.alpha
         due: dict[str, float] = {}
         if self.shadow is not None and d.now is not None:  # GPU shares as balance leaves them
             even = dict(zip((j.name for j in d.jobs),
                             balance_plan(len(d.jobs), d.capacity).tolist(), strict=True))
+            started = d.started or [True] * len(d.jobs)
             self.shadow.observe(d.now, [(j.name, j.training_rate, j.remaining)
-                                        for j in d.shares(even)])
+                                        for j, s in zip(d.shares(even), started, strict=True)
+                                        if s])
             due = self.shadow.deadlines(d.now, alpha)
         wanted = [replace(j, deadline=due.get(j.name)) for j in d.jobs]
         if not all(d.length_known):

@@ -46,6 +46,7 @@ class PlanJob:
     requested: int | None = None
     rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (``adloader.scheduling.correction``)
     length_known: bool = True  # it stated its iterations (``ftf`` plans on them)
+    started: bool = True  # it has trained a batch: its start-up (no worker shortens it) is over
 
 
 @dataclass
@@ -177,7 +178,8 @@ def plan(
         placement = out.gpu_ids
         workers, wanted = policy.decide(Decision(
             wanted, capacity, table, [j.length_known for j in active],
-            lambda alloc: demands(active, placement, model, table, alloc), now, window))
+            lambda alloc: demands(active, placement, model, table, alloc), now, window,
+            [j.started for j in active]))
         workers = _keep(active, wanted, workers, capacity, table, keep_threshold)
     else:
         fresh = [(j, d) for j, d in zip(active, wanted, strict=True) if not j.running]

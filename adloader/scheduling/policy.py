@@ -33,7 +33,8 @@ class Decision:
     ``jobs``: the jobs to allocate, in the planner's order, each with its ceiling B·F_μ under
     the GPU shares of the current placement; ``shares(workers)``: the same jobs' demands with
     the GPU shares an allocation would leave them; ``now`` (None: no clock, a one-off plan)
-    and ``window``, how long the caller waits to re-plan after a completion.
+    and ``window``, how long the caller waits to re-plan after a completion; ``started``
+    (None: all), whether each job has trained a batch (a start-up is no allocation's doing).
     """
 
     jobs: Sequence[JobDemand]
@@ -43,6 +44,7 @@ class Decision:
     shares: Callable[[Mapping[str, int]], list[JobDemand]]
     now: float | None = None
     window: float = 0.0
+    started: Sequence[bool] | None = None
 
 
 class Policy:

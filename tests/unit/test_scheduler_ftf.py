@@ -100,3 +100,29 @@ def test_a_job_that_states_no_length_puts_the_node_on_fair(paper_model, sched, c
     sched.exited("open", 0)
     sched.tick()
     assert sched.jobs["short"].workers > sched.jobs["long"].workers  # ftf again
+
+
+def test_start_up_does_not_spend_a_jobs_deadline(sched, clock):
+    """Balance's shadow counts a job's time from its first batch: a start-up (CUDA, the model,
+    the first workers: 6-7 s on the H100 node) that no allocation shortens must not use up
+    the slack that lets ``ftf`` serve the shortest job first. Before this, the review 5 s
+    after the arrival found every deadline spent and re-planned every job to fair's split
+    before any had trained a batch (docs/gpu/h100-2026-11-26)."""
+    start(sched, clock, {"short": 2_000, "long": 20_000, "longer": 30_000})
+    first = {k: j.workers for k, j in sched.jobs.items()}
+    assert first["short"] > first["long"]
+    sent = []
+    until = clock.now + 20 * REVIEW_MIN_S  # far past balance's whole run of the three
+    while clock.now < until:
+        clock.now += 1.0
+        for job_id in first:  # alive, not yet training: iteration 0
+            beat(sched, job_id, 0)
+        sent += sched.tick().send
+    assert sent == [] and {k: j.workers for k, j in sched.jobs.items()} == first
+    # training now: the deadlines count from here, and the shortest job keeps its lead
+    for _ in range(3):
+        clock.now += 1.0
+        for job_id in first:
+            beat(sched, job_id, 10)
+        sched.tick()
+    assert sched.jobs["short"].workers > sched.jobs["long"].workers
