@@ -5,6 +5,11 @@ class InputError(ValueError):
     """Bad input from a user: a trace, a job, a sample file, a model name, a profile."""
 
 
+class ConflictError(InputError):
+    """A valid request the current state refuses: a job that is not running cannot pause, a
+    node with 2 GPUs cannot take a job that needs 4 (REST: 409)."""
+
+
 class StorageError(RuntimeError):
     """The daemon's state on disk cannot be read or written (damaged, full, gone)."""
 

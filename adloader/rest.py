@@ -26,15 +26,24 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from adloader import limits
 from adloader.errors import InputError
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+JOB_STATES = ("queued", "buffered", "running", "paused", "finished", "failed", "lost",
+              "cancelled")  # fmt: skip
+JobState = Literal[JOB_STATES]  # type: ignore[valid-type]
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
+SPLIT_COMMAND = "job_file"  # validation context: a job file's spec (a string command is split,
+# a model name is taken in any case); over REST a spec is exactly what the schema says
+_MODEL_PATTERN = (r"^(md|sm)?(Resnet(?:[1-9][02468]|[1-9][0-9][02468]|1000)"
+                  r"|VGG(?:[4-9]|[1-9][0-9]|[1-9][0-9]{2}|1000))$")  # models.names.parse's
 _SHOULD = re.compile(r"^(Input|String|List|Value|Dictionary|Tuple|Set|Object) should ")
 
 
@@ -44,13 +53,24 @@ def _no_nul(value: str) -> str:
     return value
 
 
-Arg = Annotated[str, Field(max_length=limits.MAX_ARG), AfterValidator(_no_nul)]
+Arg = Annotated[str, Field(max_length=limits.MAX_ARG, pattern=r"^[^\x00]*$"),
+                AfterValidator(_no_nul)]
+AbsolutePath = Annotated[str, Field(max_length=limits.MAX_ARG, pattern=r"^/[^\x00]*$"),
+                         AfterValidator(_no_nul)]
+
+
+SPEC_TOO_LARGE = "spec_too_large"  # the error type of a spec over limits.MAX_SPEC_BYTES
+
+
+def _given(field: str, json_type: str) -> dict:
+    """JSON Schema: ``field`` is present and not null."""
+    return {"required": [field], "properties": {field: {"type": json_type}}}
 
 
 class SpecFeatures(BaseModel):
     """A model's features given by hand: f GFLOPs forward per sample, M million parameters."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     flops_g: float = Field(gt=0, le=limits.MAX_FLOPS_G, allow_inf_nan=False)
     params_m: float = Field(gt=0, le=limits.MAX_PARAMS_M, allow_inf_nan=False)
@@ -59,19 +79,39 @@ class SpecFeatures(BaseModel):
 class JobSpec(BaseModel):
     """One training job: command, model (or its features), batch b, GPUs n and its length."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a field is its type or refused ("128" is not a batch size), as the schema says;
+    # what the validators below require of two fields together is said in the schema too
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, json_schema_extra={
+        "allOf": [{"anyOf": [_given(f, t) for f, t in (("model", "string"),
+                                                        ("features", "object"))]},
+                  {"anyOf": [_given(f, "integer") for f in ("iterations", "epochs")]}]})
 
-    name: str = Field(max_length=limits.MAX_NAME)
-    command: list[Arg] = Field(min_length=1, max_length=limits.MAX_ARGS)
-    cwd: Arg | None = None
-    env: dict[str, Arg] = Field(default_factory=dict, max_length=limits.MAX_ENV)
-    model: str | None = Field(default=None, max_length=limits.MAX_NAME)
+    name: str = Field(max_length=limits.MAX_NAME, pattern=_NAME.pattern)
+    command: list[Arg] = Field(min_length=1, max_length=limits.MAX_ARGS, json_schema_extra={
+        "prefixItems": [{"type": "string", "minLength": 1, "maxLength": limits.MAX_ARG,
+                         "pattern": r"^[^\x00]*$"}]})  # the program: an Arg, not empty
+    cwd: AbsolutePath | None = None
+    env: dict[Annotated[str, Field(pattern=_ENV_KEY.pattern)], Arg] = Field(
+        default_factory=dict, max_length=limits.MAX_ENV,
+        json_schema_extra={"additionalProperties": False})
+    model: str | None = Field(default=None, max_length=limits.MAX_NAME, pattern=_MODEL_PATTERN,
+                              description="a zoo name: (md|sm)?Resnet<even 10-1000> or "
+                                          "(md|sm)?VGG<4-1000>")
     features: SpecFeatures | None = None
     batch_size: int = Field(gt=0, le=limits.MAX_BATCH)
     gpus: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
     iterations: int | None = Field(default=None, gt=0, le=limits.MAX_ITERATIONS)
     epochs: int | None = Field(default=None, gt=0, le=limits.MAX_EPOCHS)
     workers: int | None = Field(default=None, ge=0, le=limits.MAX_WORKERS)
+
+    @field_validator("batch_size", "gpus", "iterations", "epochs", "workers", mode="before")
+    @classmethod
+    def _integral(cls, value: Any) -> Any:
+        """JSON's 128.0 is the integer 128 (JSON Schema says so); "128", true and 1.5 are
+        not, and strict refuses them."""
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
 
     @field_validator("name")
     @classmethod
@@ -82,8 +122,10 @@ class JobSpec(BaseModel):
 
     @field_validator("command", mode="before")
     @classmethod
-    def _command(cls, value: Any) -> Any:
-        if isinstance(value, str):  # a TOML/JSON string is split like a shell would
+    def _command(cls, value: Any, info: ValidationInfo) -> Any:
+        # a job file's string is split like a shell would (``parse_jobspec``); over REST the
+        # command is the array the schema says
+        if isinstance(value, str) and (info.context or {}).get(SPLIT_COMMAND):
             try:
                 value = shlex.split(value)
             except ValueError as exc:
@@ -107,17 +149,20 @@ class JobSpec(BaseModel):
                 raise ValueError(f"{key!r} is not a valid variable name")
         return value
 
-    @field_validator("model")
+    @field_validator("model", mode="before")
     @classmethod
-    def _model(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
+    def _model(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, str):
+            return value
         from adloader.models.names import parse
 
         try:
-            return parse(value).name
+            name = parse(value).name
         except InputError as exc:
             raise ValueError(str(exc)) from None
+        if name != value and not (info.context or {}).get(SPLIT_COMMAND):
+            raise ValueError(f"unknown model {value!r}: did you mean {name!r}?")
+        return name
 
     @model_validator(mode="after")
     def _complete(self) -> JobSpec:
@@ -127,10 +172,18 @@ class JobSpec(BaseModel):
             raise ValueError("field 'iterations': required unless 'epochs' is given")
         size = sum(len(a) for a in self.command) + sum(len(k) + len(v) for k, v in
                                                        self.env.items())
-        if size > limits.MAX_SPEC_BYTES:
-            raise ValueError(f"command and env together must be at most {limits.MAX_SPEC_BYTES} "
-                             f"characters, got {size}")
+        if size > limits.MAX_SPEC_BYTES:  # a size limit, as a body over its own (REST: 413)
+            raise PydanticCustomError(SPEC_TOO_LARGE, "command and env together must be at "
+                                      "most {limit} characters, got {size}",
+                                      {"limit": limits.MAX_SPEC_BYTES, "size": size})
         return self
+
+
+# what each pattern of the schema means, in the words an error uses
+_SAYS = {_NAME.pattern: "must be 1..64 letters, digits, '.', '_' or '-'",
+         _ENV_KEY.pattern: "must be a valid variable name",
+         r"^[^\x00]*$": "must not contain a NUL byte",
+         r"^/[^\x00]*$": "must be an absolute path with no NUL byte"}
 
 
 def describe_error(error: dict, skip: int = 0) -> str:
@@ -141,6 +194,10 @@ def describe_error(error: dict, skip: int = 0) -> str:
         text = "is required"
     elif kind == "extra_forbidden":
         text = "is not a known field"
+    elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") in _SAYS:
+        text = _SAYS[error["ctx"]["pattern"]]
+        if loc and loc[-1] == "[key]":  # a mapping's key: name it, as a value is named
+            loc, text = loc[:-2], f"{loc[-2]!r} {text.replace('must be', 'is not')}"
     elif kind in ("value_error", "assertion_error") and "error" in error.get("ctx", {}):
         text = str(error["ctx"]["error"])
     else:
@@ -155,7 +212,7 @@ def parse_jobspec(data: Any, origin: str = "job") -> JobSpec:
     if not isinstance(data, dict):
         raise InputError(f"{origin}: a job must be a table/object, got {type(data).__name__}")
     try:
-        return JobSpec.model_validate(data)
+        return JobSpec.model_validate(data, context={SPLIT_COMMAND: True})
     except ValidationError as exc:
         raise InputError(f"{origin}: {describe_error(exc.errors()[0])}") from None
 
@@ -167,7 +224,7 @@ class JobView(BaseModel):
 
     id: str
     name: str
-    state: str
+    state: JobState
     workers: int | None = None
     pid: int | None = None  # the job's own process (the training command): what to signal
     supervisor_pid: int | None = None  # a launched job's supervisor, its process group's leader
@@ -215,13 +272,24 @@ def signal_number(name: str) -> int:
     return int(sig)
 
 
+def _ending_signals() -> tuple[str, ...]:
+    import signal
+
+    names = [s.name for s in signal.Signals if s.name not in _NOT_ENDING]
+    return (*(n[3:] for n in names), *names, *(str(int(signal.Signals[n])) for n in names))
+
+
+# what ``DELETE /v1/jobs/{id}?signal=`` takes: each signal that ends a process, as ``KILL``,
+# ``SIGKILL`` or ``9`` (clients send the number: ``str(signal_number(name))``)
+ENDING_SIGNALS = _ending_signals()
+SignalName = Literal[ENDING_SIGNALS]  # type: ignore[valid-type]
+
+
 # -- pages ----------------------------------------------------------------------------
 # GET /v1/jobs and GET /v1/events answer one page, in id order (jobs: submit order). The
 # header NEXT_CURSOR carries the opaque cursor of the next page; a request that names no
 # ``limit`` gets PAGE_DEFAULT items, so an old client that never pages still gets a list
 # (every job, on a node that keeps at most that many).
-JOB_STATES = ("queued", "buffered", "running", "paused", "finished", "failed", "lost",
-              "cancelled")  # fmt: skip
 PAGE_DEFAULT = 500
 PAGE_MAX = 5000
 NEXT_CURSOR = "X-Next-Cursor"
@@ -254,7 +322,7 @@ class JobQuery(PageQuery):
     """``GET /v1/jobs``: a page of the jobs that pass every filter given — ``state`` (one of
     JOB_STATES, repeated or comma-separated), ``name`` (exact), submitted in [since, until)."""
 
-    state: Annotated[list[Literal[JOB_STATES]], BeforeValidator(_listed)] = []  # type: ignore[valid-type]
+    state: Annotated[list[JobState], BeforeValidator(_listed)] = []
     name: str | None = Field(default=None, max_length=limits.MAX_NAME)
     since: Time = None
     until: Time = None

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adloader.errors import InputError, StorageError
+from adloader.errors import ConflictError, InputError, StorageError
 from adloader.host.atomic import write_json
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.scheduling.throughput import ThroughputModel
@@ -176,7 +176,7 @@ class OnlineModel:
             with contextlib.suppress(StorageError):  # the store is bounded: a fit reads no more
                 self.store.prune_samples(FIT_PER_JOB, 5 * FIT_WINDOW)
             if not quiet and len(training) < MIN_REAL and len(loading) < MIN_REAL:
-                raise InputError(f"too few samples to refit: {len(training)} training, "
+                raise ConflictError(f"too few samples to refit: {len(training)} training, "
                                  f"{len(loading)} loading (need {MIN_REAL} of one kind)")
             request = {"prior": self.prior.to_json(),
                        "training": [[s.batch_size, s.gpus, s.flops_g, s.params_m, s.step_s]

@@ -178,7 +178,8 @@ class DaemonClient:
         return rest.JobView.model_validate(self.request("GET", rest.job_path(job_id)).json())
 
     def cancel(self, job_id: str, signal: str | None = None) -> rest.JobView:
-        params = {"signal": signal} if signal else None
+        # its number: the one spelling every release's API takes (a bad name fails here)
+        params = {"signal": str(rest.signal_number(signal))} if signal else None
         return rest.JobView.model_validate(
             self.request("DELETE", rest.job_path(job_id), params=params).json())
 

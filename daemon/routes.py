@@ -9,7 +9,8 @@ from typing import Annotated, Any, TypeVar
 from fastapi import HTTPException, Path, Response
 
 from adloader import limits, rest
-from adloader.errors import InputError, StorageError
+from adloader.errors import ConflictError, InputError, StorageError
+from adloader.rest_answers import PROBLEMS
 
 log = logging.getLogger("adloader.daemon.api")  # the API's logger (daemon.api)
 T = TypeVar("T")
@@ -18,11 +19,14 @@ JobId = Annotated[str, Path(max_length=limits.MAX_JOB_ID)]
 
 
 def call(what: str, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``; a bad input is 400, a failure of the node 503 (logged), never a 500."""
+    """``fn(*args)``; a bad input is 400, one the node's state refuses 409, a node that cannot
+    serve now (its store) 503 and a bug 500, both logged: a client retries only the 503."""
     try:
         return fn(*args)
     except HTTPException:
         raise
+    except ConflictError as exc:
+        raise HTTPException(409, str(exc)) from None
     except InputError as exc:
         raise HTTPException(400, str(exc)) from None
     except StorageError as exc:
@@ -30,7 +34,7 @@ def call(what: str, fn: Callable[..., T], *args: Any) -> T:
         raise HTTPException(503, f"{what} failed: {exc}") from None
     except Exception:
         log.exception("%s failed", what)
-        raise HTTPException(503, f"{what} failed inside the daemon (see its log)") from None
+        raise HTTPException(500, f"{what} failed inside the daemon (see its log)") from None
 
 
 def found(job_id: str, view: T | None) -> T:
@@ -51,3 +55,9 @@ def paged(what: str) -> dict:
     return {200: {"headers": {rest.NEXT_CURSOR: {
         "description": f"the cursor of the next page of {what} (pass it as ``cursor``)",
         "schema": {"type": "string"}}}}}
+
+
+def problems(*statuses: int) -> dict:
+    """The OpenAPI note of the error answers an operation gives besides those every one may
+    give; ``daemon.api`` makes each a ``rest_answers.Problem``."""
+    return {status: {"description": PROBLEMS[status][1]} for status in statuses}

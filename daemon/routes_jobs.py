@@ -12,7 +12,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from adloader import rest
 from adloader.rest import JobSpec, JobView
 
-from .routes import JobId, call, found, page, paged
+from .routes import JobId, call, found, page, paged, problems
 from .service import NodeService
 
 DEFAULT_TAIL = 64 * 1024
@@ -57,14 +57,15 @@ def router(service: NodeService) -> APIRouter:
     jobs_api = APIRouter()
     submits = anyio.CapacityLimiter(SUBMITS_AT_ONCE)
 
-    @jobs_api.post(rest.JOBS, status_code=201, response_model=JobView, tags=["jobs"])
+    @jobs_api.post(rest.JOBS, status_code=201, response_model=JobView, tags=["jobs"],
+                   operation_id="submit_job", responses=problems(400, 409))
     async def submit(spec: JobSpec) -> JobView:
         """Submit a job: it waits in the arrival buffer, then runs with its allocation."""
         return await anyio.to_thread.run_sync(call, "submit", service.submit, spec,
                                               limiter=submits)
 
     @jobs_api.get(rest.JOBS, response_model=list[JobView], tags=["jobs"],
-                  responses=paged("jobs"))
+                  operation_id="list_jobs", responses={**paged("jobs"), **problems(400)})
     def jobs(query: Annotated[rest.JobQuery, Query()]) -> Response:
         """The jobs the daemon keeps (those it manages, and the history its retention
         keeps), in submit order, a page at a time: ``limit`` of them (default
@@ -74,31 +75,38 @@ def router(service: NodeService) -> APIRouter:
         body, cursor = call("listing jobs", service.jobs_page, query)
         return page(body, cursor)
 
-    @jobs_api.get(rest.JOB, response_model=JobView, tags=["jobs"])
+    @jobs_api.get(rest.JOB, response_model=JobView, tags=["jobs"], operation_id="get_job",
+                  responses=problems(404))
     def job(job_id: JobId) -> JobView:
         return found(job_id, call("reading the job", service.job, job_id))
 
-    @jobs_api.delete(rest.JOB, response_model=JobView, tags=["jobs"])
+    @jobs_api.delete(rest.JOB, response_model=JobView, tags=["jobs"],
+                     operation_id="cancel_job", responses=problems(404, 409))
     def cancel(job_id: JobId,
-               signal: Annotated[str | None, Query(max_length=16)] = None) -> JobView:
+               signal: Annotated[rest.SignalName | None, Query()] = None) -> JobView:
         """Cancel a job: a queued one never starts, a running one is asked to stop at its
-        next batch boundary (then terminated). With ``signal`` (``KILL``, ``TERM``, ``9``…)
-        a launched one's processes get that signal now instead."""
+        next batch boundary (then terminated). With ``signal`` (``KILL``, ``SIGKILL`` or
+        ``9``: a signal that ends a process) a launched one's processes get that signal now
+        instead. The job stays readable: DELETE cancels, and the ended job's record is kept
+        as long as the retention keeps history."""
         args = (job_id,) if signal is None else (job_id, signal)
         return found(job_id, call("cancel", service.cancel, *args))
 
-    @jobs_api.post(rest.JOB_PAUSE, response_model=JobView, tags=["jobs"])
+    @jobs_api.post(rest.JOB_PAUSE, response_model=JobView, tags=["jobs"],
+                   operation_id="pause_job", responses=problems(404, 409))
     def pause(job_id: JobId, checkpoint: bool = False) -> JobView:
         """Suspend a running job at its next batch boundary (§III-C): its workers go to the
         others; with ``checkpoint`` it saves model, optimizer and loader state first."""
         return found(job_id, call("pause", service.pause, job_id, checkpoint))
 
-    @jobs_api.post(rest.JOB_RESUME, response_model=JobView, tags=["jobs"])
+    @jobs_api.post(rest.JOB_RESUME, response_model=JobView, tags=["jobs"],
+                   operation_id="resume_job", responses=problems(404, 409))
     def resume(job_id: JobId) -> JobView:
         """Resume a paused job; the next decision gives it its share of the workers."""
         return found(job_id, call("resume", service.resume, job_id))
 
-    @jobs_api.get(rest.JOB_LOG, response_class=PlainTextResponse, tags=["jobs"])
+    @jobs_api.get(rest.JOB_LOG, response_class=PlainTextResponse, tags=["jobs"],
+                  operation_id="get_job_log", responses=problems(404))
     def job_log(job_id: JobId, tail: Annotated[int, Query(ge=0, le=MAX_TAIL)] = DEFAULT_TAIL,
                 follow: bool = False) -> Response:
         """The last ``tail`` bytes of the job's standard output and error; with ``follow``,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from adloader.errors import InputError
+from adloader.errors import ConflictError
 from adloader.protocol import (
     Allocation,
     Exit,
@@ -174,7 +174,7 @@ class Scheduler(EndingsMixin):
         job = self.jobs.get(job_id)
         if job is None or job.state != "running" or not job.registered or job.cancel_at:
             state = "cancelled" if job and job.cancel_at else job.state if job else "unknown"
-            raise InputError(f"job {job_id!r} is {state}: only a running job can pause")
+            raise ConflictError(f"job {job_id!r} is {state}: only a running job can pause")
         job.seq += 1
         return Actions(send=[(job.id, Pause(seq=job.seq, checkpoint=checkpoint))],
                        events=[(job.id, "pause", {"seq": job.seq, "checkpoint": checkpoint})])
@@ -184,7 +184,7 @@ class Scheduler(EndingsMixin):
         job = self.jobs.get(job_id)
         if job is None or job.state != "paused" or job.cancel_at:
             state = job.state if job else "unknown"
-            raise InputError(f"job {job_id!r} is {state}: only a paused job can resume")
+            raise ConflictError(f"job {job_id!r} is {state}: only a paused job can resume")
         job.seq += 1
         job.state, job.workers, job.last_seen = "running", 1, self.clock()
         self._open(0.0)

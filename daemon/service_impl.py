@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from adloader.errors import InputError
+from adloader.errors import ConflictError
 from adloader.rest import JobView, signal_number
 from adloader.version import __version__
 
@@ -39,7 +39,7 @@ class NodeServiceMixin:
 
     def submit(self, spec) -> JobView:
         if spec.gpus > self.gpus:
-            raise InputError(f"field 'gpus': {spec.gpus} but the node has {self.gpus}")
+            raise ConflictError(f"field 'gpus': {spec.gpus} but the node has {self.gpus}")
         if spec.features is None:
             self.features.features(spec.model)  # counted now, outside the lock
         with self.lock:
@@ -106,7 +106,7 @@ class NodeServiceMixin:
             live = self.scheduler.jobs.get(job_id)
             if (sig is not None and live is not None and live.supervisor != "launcher"
                     and live.state not in (*WAITING, *TERMINAL)):
-                raise InputError(f"job {job_id} was not started by the daemon, which signals "
+                raise ConflictError(f"job {job_id} was not started by the daemon, which signals "
                                  f"only the processes it started"
                                  + (f" (its pid: {live.pid})" if live.pid else ""))
             self._apply(self.scheduler.cancel(job_id, sig))
@@ -118,7 +118,7 @@ class NodeServiceMixin:
             if rec is None:
                 return None
             if rec.state in TERMINAL:
-                raise InputError(f"job {job_id!r} is {rec.state}: only a running job can pause")
+                raise ConflictError(f"job {job_id!r} is {rec.state}: only a running job can pause")
             self._apply(self.scheduler.pause(job_id, checkpoint))
             return self.job(job_id)
 
@@ -128,7 +128,7 @@ class NodeServiceMixin:
             if rec is None:
                 return None
             if rec.state in TERMINAL:
-                raise InputError(f"job {job_id!r} is {rec.state}: only a paused job can resume")
+                raise ConflictError(f"job {job_id!r} is {rec.state}: only a paused job can resume")
             self._apply(self.scheduler.resume(job_id))
             return self.job(job_id)
 

@@ -66,8 +66,9 @@ class FakeService:
 
     def allocations(self) -> dict:
         self._check()
-        return {"policy": "optimal", "capacity": 16,
-                "jobs": {j: v.workers or 0 for j, v in self._jobs.items()}}  # fmt: skip
+        jobs = {j: v.workers or 0 for j, v in self._jobs.items()}
+        return {"policy": "optimal", "capacity": 16, "gpus": 4, "jobs": jobs,
+                "node_workers": sum(jobs.values())}  # fmt: skip
 
     def jobs_page(self, query: JobQuery) -> tuple[bytes, str | None]:
         self._check()
@@ -95,7 +96,11 @@ class FakeService:
 
     def model(self) -> dict:
         self._check()
-        return {"fitted": self.fits > 0, "fits": self.fits}
+        part = {"regressor": "linear", "r2": {"linear": 0.99}}
+        return {"source": "online" if self.fits else "prior", "refits_skipped": 0,
+                "fitter": None, "samples": {"training": 0, "loading": 0}, "fits": self.fits,
+                "training": part, "loading": {**part, "contention_from": 8,
+                                              "saturation_at": 16, "slopes": [1.0, 0.5, 0.0]}}
 
     def fit_model(self) -> dict:
         self._check()
@@ -108,7 +113,8 @@ class FakeService:
 
     def health(self) -> dict:
         self._check()
-        return {"status": "ok"}
+        return {"status": "ok", "version": "0", "uptime_s": 1.0, "capacity": 16, "gpus": 4,
+                "pid": 1}
 
     def log_path(self, job_id: str) -> str | None:
         return "" if job_id in self._jobs else None

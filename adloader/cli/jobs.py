@@ -110,7 +110,23 @@ def job_body(args: argparse.Namespace) -> tuple[dict, str]:
         raise InputError("submit: give a job file (JOB.toml) or the job's command after --")
     body.setdefault("cwd", os.getcwd())
     body.setdefault("name", default_name(body))
-    return body, origin
+    return as_api_body(body, origin), origin
+
+
+def as_api_body(body: dict, origin: str) -> dict:
+    """A job file's spelling (a string command split as a shell would, a model name in any
+    case) as the API takes it: exactly its schema. A bad field is named here, before any
+    request (with the file's name when there is one)."""
+    from pydantic import ValidationError
+
+    from adloader.rest import SPLIT_COMMAND, JobSpec, describe_error
+
+    try:
+        spec = JobSpec.model_validate(body, context={SPLIT_COMMAND: True})
+    except ValidationError as exc:
+        why = describe_error(exc.errors()[0])
+        raise InputError(why if origin == "job" else f"{origin}: {why}") from None
+    return spec.model_dump(mode="json", exclude_none=True)
 
 
 def default_name(body: dict) -> str:

@@ -158,7 +158,8 @@ def test_no_daemon(run, monkeypatch):
     sock.close()  # nothing listens there now
     monkeypatch.setenv("ADLOADER_TOKEN", TOKEN)
     for argv in (["jobs"], ["cancel", "j-000001"], ["logs", "j-000001"],
-                 ["submit", "--model", "Resnet18", "--", "true"]):
+                 ["submit", "--model", "Resnet18", "--batch-size", "8", "--iterations", "10",
+                  "--", "true"]):  # a whole spec: a bad one is refused before any request
         code, out, err = run(argv[0], "--url", url, *argv[1:])
         assert (code, out) == (1, "")  # not the user's fault: exit 1, as a failing daemon
         assert err == f"adloader: error: no daemon at {url} (start one with `adloader daemon`)\n"

@@ -1,4 +1,5 @@
-"""The REST API over an in-memory NodeService: auth, validation messages, 404s, 503s."""
+"""The REST API over an in-memory NodeService: auth, validation messages as problems (RFC
+9457), 404s, 500s for bugs and 503s for a node that cannot serve."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_submit_list_get_cancel(client, service):
 
 
 def test_model_metrics_health_log(client):
-    assert client.get("/v1/model", headers=AUTH).json() == {"fitted": False, "fits": 0}
+    assert client.get("/v1/model", headers=AUTH).json()["fits"] == 0
     assert client.post("/v1/model/fit", headers=AUTH).json()["fits"] == 1
     client.post("/v1/jobs", json=SPEC, headers=AUTH)
     r = client.get("/metrics", headers=AUTH)
@@ -56,7 +57,7 @@ def test_model_metrics_health_log(client):
     assert "adloader_jobs 1" in r.text
     r = client.get("/v1/jobs/j-000001/log?tail=16", headers=AUTH)
     assert r.status_code == 200 and r.text == "line 98\nline 99\n"
-    assert client.get("/healthz").json() == {"status": "ok"}  # no token needed
+    assert client.get("/healthz").json()["status"] == "ok"  # no token needed
     assert client.get("/openapi.json").json()["info"]["title"] == "adloader"
 
 
@@ -68,7 +69,8 @@ def test_token_is_required(client, headers):
                          ("DELETE", "/v1/jobs/j-000001"), ("GET", "/v1/events")]:
         r = client.request(method, path, headers=headers)
         assert r.status_code == 401, (method, path)
-        assert r.json() == {"detail": "missing or wrong bearer token"}
+        assert r.json()["detail"] == "missing or wrong bearer token"
+        assert r.json()["type"] == "urn:adloader:problem:unauthorized"
         assert r.headers["www-authenticate"] == "Bearer"
 
 
@@ -83,6 +85,9 @@ def test_token_is_required(client, headers):
     ({"features": {"flops_g": 0, "params_m": 1}}, "field 'features.flops_g': must be greater"),
     ({"env": {"A=B": "1"}}, "field 'env': 'A=B' is not a valid variable name"),
     ({"cwd": "relative/dir"}, "field 'cwd': must be an absolute path"),
+    ({"batch_size": "128"}, "field 'batch_size': must be a valid integer"),  # strict
+    ({"command": "python train.py"}, "field 'command': must be a valid list"),  # job files'
+    ({"model": "resnet18"}, "field 'model': unknown model 'resnet18': did you mean"),
     ({"colour": "red"}, "field 'colour': is not a known field"),
     ({"model": None}, "field 'model': required unless 'features' is given"),
     ({"iterations": None}, "field 'iterations': required unless 'epochs' is given"),
@@ -97,9 +102,10 @@ def test_invalid_spec_names_the_field(client, change, detail):
 def test_malformed_bodies_are_4xx(client):
     r = client.post("/v1/jobs", content=b"{not json", headers=AUTH | {"content-type":
                                                                       "application/json"})
-    assert r.status_code == 400 and r.json() == {"detail": "body is not valid JSON"}
+    assert r.status_code == 400 and r.json()["detail"] == "body is not valid JSON"
+    assert r.headers["content-type"] == "application/problem+json"
     r = client.post("/v1/jobs", headers=AUTH)
-    assert r.status_code == 422 and r.json() == {"detail": "request body is required"}
+    assert r.status_code == 422 and r.json()["detail"] == "request body is required"
     r = client.post("/v1/jobs", json=[1, 2], headers=AUTH)
     assert r.status_code == 422 and r.json()["detail"].startswith("body: must be")
     r = client.post("/v1/jobs", json={"name": "x"}, headers=AUTH)
@@ -115,29 +121,32 @@ def test_unknown_job_is_404(client):
     for method, path in [("GET", "/v1/jobs/j-000042"), ("DELETE", "/v1/jobs/j-000042"),
                          ("GET", "/v1/jobs/j-000042/log")]:
         r = client.request(method, path, headers=AUTH)
-        assert r.status_code == 404 and r.json() == {"detail": "no job 'j-000042'"}
+        assert r.status_code == 404 and r.json()["detail"] == "no job 'j-000042'"
+        assert r.json()["type"] == "urn:adloader:problem:not-found"
 
 
 def test_service_input_error_is_400(client):
     r = client.post("/v1/jobs", json={**SPEC, "gpus": 9}, headers=AUTH)
     assert r.status_code == 400
-    assert r.json() == {"detail": "job 'r18': asks for 9 GPUs, the node has 8"}
+    assert r.json()["detail"] == "job 'r18': asks for 9 GPUs, the node has 8"
 
 
-def test_service_crash_is_503_and_logged(client, service, caplog):
+def test_a_bug_is_500_and_logged(client, service, caplog):
+    """500, not 503: a 503 tells clients and proxies to retry, and a bug does not pass."""
     service.fail = RuntimeError("database is locked")
     for method, path in [("GET", "/v1/jobs"), ("POST", "/v1/model/fit"), ("GET", "/metrics"),
                          ("GET", "/healthz"), ("GET", "/v1/jobs/j-1/log")]:
         r = client.request(method, path, headers=AUTH)
-        assert r.status_code == 503, (path, r.text)
+        assert r.status_code == 500, (path, r.text)
         assert "failed inside the daemon" in r.json()["detail"]
+        assert r.json()["type"] == "urn:adloader:problem:internal"
     assert "database is locked" in caplog.text
 
 
-def test_invalid_service_answer_is_503(client, service):
+def test_invalid_service_answer_is_500(client, service):
     service.allocations = lambda: "not a dict"
     r = client.get("/v1/allocations", headers=AUTH)
-    assert r.status_code == 503 and "invalid answer" in r.json()["detail"]
+    assert r.status_code == 500 and "invalid answer" in r.json()["detail"]
 
 
 def test_empty_token_is_refused(service):
