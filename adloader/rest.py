@@ -40,7 +40,7 @@ JOB_STATES = ("queued", "buffered", "running", "paused", "finished", "failed", "
               "cancelled")  # fmt: skip
 JobState = Literal[JOB_STATES]  # type: ignore[valid-type]
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
-SPLIT_COMMAND = "job_file"  # validation context: a job file's spec (a string command is split,
+JOB_FILE = "job_file"  # validation context: a job file's spec (a string command is split,
 # a model name is taken in any case); over REST a spec is exactly what the schema says
 _MODEL_PATTERN = (r"^(md|sm)?(Resnet(?:[1-9][02468]|[1-9][0-9][02468]|1000)"
                   r"|VGG(?:[4-9]|[1-9][0-9]|[1-9][0-9]{2}|1000))$")  # models.names.parse's
@@ -125,7 +125,7 @@ class JobSpec(BaseModel):
     def _command(cls, value: Any, info: ValidationInfo) -> Any:
         # a job file's string is split like a shell would (``parse_jobspec``); over REST the
         # command is the array the schema says
-        if isinstance(value, str) and (info.context or {}).get(SPLIT_COMMAND):
+        if isinstance(value, str) and (info.context or {}).get(JOB_FILE):
             try:
                 value = shlex.split(value)
             except ValueError as exc:
@@ -160,7 +160,7 @@ class JobSpec(BaseModel):
             name = parse(value).name
         except InputError as exc:
             raise ValueError(str(exc)) from None
-        if name != value and not (info.context or {}).get(SPLIT_COMMAND):
+        if name != value and not (info.context or {}).get(JOB_FILE):
             raise ValueError(f"unknown model {value!r}: did you mean {name!r}?")
         return name
 
@@ -212,7 +212,7 @@ def parse_jobspec(data: Any, origin: str = "job") -> JobSpec:
     if not isinstance(data, dict):
         raise InputError(f"{origin}: a job must be a table/object, got {type(data).__name__}")
     try:
-        return JobSpec.model_validate(data, context={SPLIT_COMMAND: True})
+        return JobSpec.model_validate(data, context={JOB_FILE: True})
     except ValidationError as exc:
         raise InputError(f"{origin}: {describe_error(exc.errors()[0])}") from None
 

@@ -119,10 +119,10 @@ def as_api_body(body: dict, origin: str) -> dict:
     request (with the file's name when there is one)."""
     from pydantic import ValidationError
 
-    from adloader.rest import SPLIT_COMMAND, JobSpec, describe_error
+    from adloader.rest import JOB_FILE, JobSpec, describe_error
 
     try:
-        spec = JobSpec.model_validate(body, context={SPLIT_COMMAND: True})
+        spec = JobSpec.model_validate(body, context={JOB_FILE: True})
     except ValidationError as exc:
         why = describe_error(exc.errors()[0])
         raise InputError(why if origin == "job" else f"{origin}: {why}") from None

@@ -200,7 +200,7 @@ def test_pause_with_checkpoint_then_resume(daemon):
     paused = daemon.events("paused", job)[-1]["data"]
     assert paused["checkpoint"] and os.path.exists(paused["checkpoint"])
     held = daemon.job(job)["iteration"]
-    assert daemon.http.post(f"/v1/jobs/{job}/pause").status_code == 400  # not running
+    assert daemon.http.post(f"/v1/jobs/{job}/pause").status_code == 409  # not running: 409
     r = daemon.http.post(f"/v1/jobs/{job}/resume")
     assert r.status_code == 200, r.text
     wait_for(lambda: (daemon.job(job)["iteration"] or 0) > held + 3, 30, "training to go on")
