@@ -53,9 +53,11 @@ def _no_nul(value: str) -> str:
     return value
 
 
-Arg = Annotated[str, Field(max_length=limits.MAX_ARG, pattern=r"^[^\x00]*$"),
+_NO_NUL = r"^[^\x00]*$"  # the schema's words for _no_nul (an argument, a path, a value)
+_ABSOLUTE = r"^/[^\x00]*$"
+Arg = Annotated[str, Field(max_length=limits.MAX_ARG, pattern=_NO_NUL),
                 AfterValidator(_no_nul)]
-AbsolutePath = Annotated[str, Field(max_length=limits.MAX_ARG, pattern=r"^/[^\x00]*$"),
+AbsolutePath = Annotated[str, Field(max_length=limits.MAX_ARG, pattern=_ABSOLUTE),
                          AfterValidator(_no_nul)]
 
 
@@ -89,7 +91,7 @@ class JobSpec(BaseModel):
     name: str = Field(max_length=limits.MAX_NAME, pattern=_NAME.pattern)
     command: list[Arg] = Field(min_length=1, max_length=limits.MAX_ARGS, json_schema_extra={
         "prefixItems": [{"type": "string", "minLength": 1, "maxLength": limits.MAX_ARG,
-                         "pattern": r"^[^\x00]*$"}]})  # the program: an Arg, not empty
+                         "pattern": _NO_NUL}]})  # the program: an Arg, not empty
     cwd: AbsolutePath | None = None
     env: dict[Annotated[str, Field(pattern=_ENV_KEY.pattern)], Arg] = Field(
         default_factory=dict, max_length=limits.MAX_ENV,
@@ -182,8 +184,8 @@ class JobSpec(BaseModel):
 # what each pattern of the schema means, in the words an error uses
 _SAYS = {_NAME.pattern: "must be 1..64 letters, digits, '.', '_' or '-'",
          _ENV_KEY.pattern: "must be a valid variable name",
-         r"^[^\x00]*$": "must not contain a NUL byte",
-         r"^/[^\x00]*$": "must be an absolute path with no NUL byte"}
+         _NO_NUL: "must not contain a NUL byte",
+         _ABSOLUTE: "must be an absolute path with no NUL byte"}
 
 
 def describe_error(error: dict, skip: int = 0) -> str:

@@ -35,7 +35,7 @@ def problem_type(status: int) -> str:
 
 def problem(status: int, detail: str, instance: str | None = None) -> dict:
     """The body of an error answer: RFC 9457 problem details."""
-    slug, title = PROBLEMS.get(status, (None, "Error"))
+    title = PROBLEMS.get(status, (None, "Error"))[1]
     out = {"type": problem_type(status), "title": title, "status": status, "detail": detail}
     if instance:
         out["instance"] = instance
