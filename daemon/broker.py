@@ -12,6 +12,12 @@ ProtocolError entry, never as an exception. An ``ipc://`` socket file is 0600, o
 folder for the socket that the broker creates itself is 0700, or 0750 and owned by ``group``
 with one; an existing folder is left as it is (it must let the group through).
 Only one thread may use a Broker (ZeroMQ sockets are not thread-safe).
+
+On an ``ipc://`` socket the kernel tells who connected (``SO_PEERCRED``, which libzmq puts in
+each message's ``Peer-Address`` property as ``ADDRESS:UID:GID:PID``): ``peer(routing id)``
+gives that uid, gid and pid, taken when the connection was made — what a job says of itself
+is never needed to know which process it is. None over ``tcp://`` (no credentials) or for a
+peer in a PID namespace this daemon cannot see (pid 0).
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from __future__ import annotations
 import errno
 import grp
 import os
+import time
+from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 import zmq
 
@@ -41,6 +50,27 @@ FromJobMessage = Register | Heartbeat | Paused | Finish
 # MAX_FRAME and this reach ``decode`` and are reported as ProtocolError entries.
 MAX_MESSAGE_BYTES = 4 * MAX_FRAME
 MAX_DRAIN = 10_000  # messages one poll() takes at most, so a flood cannot starve the caller
+MAX_PEERS = 4096  # connections whose credentials are kept (the oldest are forgotten first)
+
+
+class Peer(NamedTuple):
+    """What the kernel says of a connected process (``SO_PEERCRED`` at connect time), and
+    when its first message came, in seconds since boot (the process was running then: a pid
+    reused later names a process started after it)."""
+
+    uid: int
+    gid: int
+    pid: int
+    seen: float = 0.0
+
+
+def peer_of(address: str | None) -> Peer | None:
+    """The credentials in a ``Peer-Address`` property (``ADDRESS:UID:GID:PID``), or None."""
+    fields = (address or "").rsplit(":", 3)
+    if len(fields) != 4 or not all(f.isdigit() for f in fields[1:]):
+        return None
+    uid, gid, pid = (int(f) for f in fields[1:])
+    return Peer(uid, gid, pid, time.clock_gettime(time.CLOCK_BOOTTIME)) if pid > 0 else None
 
 
 def _ipc_path(endpoint: str) -> Path | None:
@@ -113,7 +143,33 @@ class Broker:
         self.endpoint: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
+        self._peers: OrderedDict[bytes, Peer | None] = OrderedDict()
         self._closed = False
+
+    def peer(self, identity: bytes) -> Peer | None:
+        """The kernel's credentials of the process on connection ``identity`` (see above)."""
+        return self._peers.get(identity)
+
+    def _receive(self) -> list[bytes]:
+        """One message's frames; the first (the routing id) read as a frame to learn its
+        connection's credentials (at every message: a routing id a client chose can be
+        reused by another process once the first has gone)."""
+        first = self._socket.recv(zmq.NOBLOCK, copy=False)
+        identity = first.bytes
+        try:
+            peer = peer_of(first.get("Peer-Address"))
+        except zmq.ZMQError:
+            peer = None
+        known = self._peers.get(identity)
+        if known is None or peer is None or known[:3] != peer[:3]:
+            self._peers[identity] = peer
+        self._peers.move_to_end(identity)
+        while len(self._peers) > MAX_PEERS:
+            self._peers.popitem(last=False)
+        frames = [identity]
+        while self._socket.getsockopt(zmq.RCVMORE):
+            frames.append(self._socket.recv(zmq.NOBLOCK))
+        return frames
 
     def poll(self, timeout_ms: int = 0) -> list[tuple[bytes, FromJobMessage | ProtocolError]]:
         """Wait up to ``timeout_ms`` for traffic, then take everything available.
@@ -128,7 +184,7 @@ class Broker:
         out: list[tuple[bytes, FromJobMessage | ProtocolError]] = []
         while len(out) < MAX_DRAIN:
             try:
-                frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
+                frames = self._receive()
             except zmq.Again:
                 break
             identity, parts = frames[0], frames[1:]

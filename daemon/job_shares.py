@@ -1,18 +1,35 @@
 """The daemon's side of each job's CPU share (``adloader.host.cpu_share``): a group made for
 a job before it is launched (its supervisor joins it, so the job and its workers start in
 it), weights that follow the allocation after every decision, and the group dropped when the
-job has ended. Off unless the ``cpu_shares`` setting names the groups' parent; a node where
-the groups cannot be made runs without them, and says so once."""
+job has ended. A job started by hand (``adloader run``, ``attach``) is moved into its group
+when it registers: the process the kernel says connected (``SO_PEERCRED``, never the pid a
+job reports) and every process it has started, so its workers forked later start there.
+Off unless the ``cpu_shares`` setting names the groups' parent; a node where the groups
+cannot be made runs without them, and says so once."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Callable, Mapping
+
+import psutil
 
 from adloader.errors import StorageError
 from adloader.host.cpu_share import CpuShares
 
+from .live import ACTIVE
+
 log = logging.getLogger("adloader.daemon.shares")
+
+
+def _started_s(pid: int) -> float:
+    """When process ``pid`` started, in seconds since boot (``/proc/PID/stat``'s 22nd field,
+    in clock ticks: exact where psutil's wall-clock ``create_time`` drifts with the clock)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 class JobShares:
@@ -35,6 +52,41 @@ class JobShares:
         except OSError as exc:
             log.error("%s: no CPU group: %s", job_id, exc)
             return ()
+
+    def adopt(self, job, peer) -> bool:
+        """A job started by hand, as its master registers: move the process the kernel says
+        connected (``daemon.broker.Peer``) and its descendants into the job's group (a
+        launched job's supervisor joined it before the job started). Only that process:
+        owned by the peer's uid and started before its first message came (a pid the kernel
+        reused since names a process started later)."""
+        if self.groups is None or job is None or job.supervisor == "launcher" \
+                or job.state not in ACTIVE:
+            return False
+        job_id, pid = job.id, peer.pid
+        try:
+            proc = psutil.Process(pid)
+            if proc.uids().real != peer.uid or _started_s(pid) > peer.seen:
+                log.warning("%s: pid %d is no longer the process that connected", job_id, pid)
+                return False
+            self.groups.add(job_id, pid)  # first: what it starts from now on starts there
+        except (psutil.Error, OSError) as exc:
+            log.warning("%s: not moved into its CPU group: %s", job_id, exc)
+            return False
+        moved = [pid]
+        for _ in range(3):  # a child not moved yet may have forked meanwhile: look again
+            try:
+                left = [c.pid for c in proc.children(recursive=True) if c.pid not in moved]
+            except psutil.Error:
+                break
+            for child in left:
+                with contextlib.suppress(OSError):  # gone already
+                    self.groups.add(job_id, child)
+                    moved.append(child)
+            if not left:
+                break
+        self.written.pop(job_id, None)  # its weight is written at the next follow
+        self.record(job_id, "cpu_group_joined", {"pids": moved})
+        return True
 
     def follow(self, jobs: Mapping) -> None:
         """Weights for the running jobs' workers; groups of ended jobs dropped."""

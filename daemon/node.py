@@ -24,7 +24,7 @@ from dataclasses import replace
 from adloader.config import DaemonConfig
 from adloader.errors import StorageError
 from adloader.host.cpu_group import cpu_group
-from adloader.protocol import ProtocolError
+from adloader.protocol import ProtocolError, Register
 from adloader.rest import JobSpec
 from adloader.scheduling.throughput import ThroughputModel
 
@@ -256,11 +256,16 @@ class Node(NodeServiceMixin, ProcessesMixin):
             log.warning("dropped a frame from %r: %s", identity[:64], msg)
             return
         self.counters["unknown_fields"] += msg.unknown_fields  # a newer master's, ignored
+        peer = self.broker.peer(identity) if isinstance(msg, Register) else None
+        if peer is not None and peer.pid != msg.pid:  # the kernel's word over the job's
+            msg = msg.model_copy(update={"pid": peer.pid})
         actions = self.scheduler.message(identity, msg)
         if actions.reply:
             self.counters["refused_messages"] += 1
             log.warning("refused %s for job %r: %s", msg.type, msg.job[:64],
                         actions.reply[0][1].reason)
+        elif peer is not None and self.shares is not None:  # a job started by hand: its group
+            self.shares.adopt(self.scheduler.jobs.get(msg.job), peer)
         self._apply(actions)
 
     def _apply(self, actions: Actions) -> None:

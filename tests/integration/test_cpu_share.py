@@ -119,11 +119,10 @@ def test_v2_files_are_written_as_the_kernel_reads_them(tmp_path):
     assert groups.usage_s("j1") == 2.5
 
 
-def test_the_daemon_puts_each_job_in_a_group_weighted_by_its_workers(tmp_path):
-    """A real daemon with ``--cpu-shares``: each launched job (its supervisor, the job and
-    its loader workers) runs in a group of its own, the weights follow the plan's workers,
-    and a finished job's group is gone."""
-    from daemon_harness import Daemon, wait_for
+@pytest.fixture
+def sharing_daemon(tmp_path):
+    """A real daemon with ``--cpu-shares`` (policy ``requested``), and a view of its groups."""
+    from daemon_harness import Daemon
 
     parent = f"adloader-test-{uuid.uuid4().hex[:8]}"
     try:
@@ -135,23 +134,85 @@ def test_the_daemon_puts_each_job_in_a_group_weighted_by_its_workers(tmp_path):
     d = Daemon(tmp_path / "state", capacity=4,
                extra=("--policy", "requested", "--cpu-shares", parent)).start()
     try:
-        small = d.submit("small", iterations=400, workers=1, step_scale=3.0)
-        big = d.submit("big", iterations=400, workers=3, step_scale=3.0)
-        wait_for(lambda: {d.state(small), d.state(big)} == {"running"}, 60, "both running")
-        wait_for(lambda: d.events("cpu_shares"), 30, "the weights written")
-        assert (probe.weight(small), probe.weight(big)) == (probe.default // 2,
-                                                            probe.default * 3 // 2)
-        for job in (small, big):  # the supervisor joins as it starts; the job, its workers
-            def members(job=job):
-                pids = set((probe.base / job / "cgroup.procs").read_text().split())
-                return len(pids) >= 3 and str(d.job(job)["pid"]) in pids and pids
-            wait_for(members, 60, f"{job}'s supervisor, job and workers in its group")
-        wait_for(lambda: probe.usage_s(big) > 0, 30, "the big job's CPU counted in its group")
-        d.http.delete(f"/v1/jobs/{small}")
-        wait_for(lambda: d.state(small) == "cancelled", 60, "the small job cancelled")
-        wait_for(lambda: not (probe.base / small).exists(), 30, "its group dropped")
-        d.http.delete(f"/v1/jobs/{big}")
-        wait_for(lambda: d.state(big) == "cancelled", 60, "the big job cancelled")
+        yield d, probe
     finally:
         d.stop()
         probe.close()
+
+
+def test_the_daemon_puts_each_job_in_a_group_weighted_by_its_workers(sharing_daemon):
+    """A real daemon with ``--cpu-shares``: each launched job (its supervisor, the job and
+    its loader workers) runs in a group of its own, the weights follow the plan's workers,
+    and a finished job's group is gone."""
+    from daemon_harness import wait_for
+
+    d, probe = sharing_daemon
+    small = d.submit("small", iterations=400, workers=1, step_scale=3.0)
+    big = d.submit("big", iterations=400, workers=3, step_scale=3.0)
+    wait_for(lambda: {d.state(small), d.state(big)} == {"running"}, 60, "both running")
+    wait_for(lambda: d.events("cpu_shares"), 30, "the weights written")
+    assert (probe.weight(small), probe.weight(big)) == (probe.default // 2,
+                                                        probe.default * 3 // 2)
+    for job in (small, big):  # the supervisor joins as it starts; the job, its workers
+        def members(job=job):
+            pids = set((probe.base / job / "cgroup.procs").read_text().split())
+            return len(pids) >= 3 and str(d.job(job)["pid"]) in pids and pids
+        wait_for(members, 60, f"{job}'s supervisor, job and workers in its group")
+    wait_for(lambda: probe.usage_s(big) > 0, 30, "the big job's CPU counted in its group")
+    d.http.delete(f"/v1/jobs/{small}")
+    wait_for(lambda: d.state(small) == "cancelled", 60, "the small job cancelled")
+    wait_for(lambda: not (probe.base / small).exists(), 30, "its group dropped")
+    d.http.delete(f"/v1/jobs/{big}")
+    wait_for(lambda: d.state(big) == "cancelled", 60, "the big job cancelled")
+
+
+HAND_STARTED = """
+import os, subprocess, sys, time
+os.sched_setaffinity(0, {{0}})  # all of the job on the CPU they contend for
+from adloader.client import attach
+from adloader.client.loader import ElasticDataLoader
+loader = ElasticDataLoader(list(range(10**6)), batch_size=4, num_workers=0)
+job = attach(loader, model="smResnet20", batch_size=4, iterations=10**6)
+time.sleep(0.5)  # registered: what it starts now starts in its group
+busy = [subprocess.Popen([sys.executable, "-c", {busy!r}]) for _ in range({n})]
+print(" ".join(str(p.pid) for p in busy), flush=True)
+for batch in loader:
+    time.sleep(0.05)
+"""
+
+
+def test_jobs_started_by_hand_join_their_groups_and_a_tenant_takes_only_its_share(
+        sharing_daemon, tmp_path):
+    """Two jobs started by hand (``attach``, from sessions of their own) under a daemon with
+    ``--cpu-shares``: each is moved into its group as it registers — the process the kernel
+    says connected, not the pid it reports — with the processes it starts after; the one
+    that starts 6 busy processes takes no more CPU than the one with 1 (equal weights)."""
+    from daemon_harness import script, wait_for
+
+    d, probe = sharing_daemon
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for job, n in (("tenant", 6), ("modest", 1)):
+            cmd = script(tmp_path, f"{job}.py", HAND_STARTED.format(busy=BUSY, n=n))
+            env = dict(os.environ, ADLOADER_ENDPOINT=d.endpoint, ADLOADER_JOB=job,
+                       ADLOADER_JOB_TOKEN=f"{job}-token")
+            procs[job] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True,
+                                          start_new_session=True)
+        busy = {job: set(p.stdout.readline().split()) for job, p in procs.items()}
+        assert [len(b) for b in busy.values()] == [6, 1], busy
+        for job, p in procs.items():
+            def members(job=job, p=p):
+                return set((probe.base / job / "cgroup.procs").read_text().split()) \
+                    if (probe.base / job).is_dir() else set()
+            wait_for(lambda job=job, p=p: {str(p.pid), *busy[job]} <= members(job), 30,
+                     f"{job}'s process and the ones it started in its group")
+            assert d.job(job)["pid"] == p.pid  # the kernel's pid
+            assert d.events("cpu_group_joined", job)
+        wait_for(lambda: probe.weight("tenant") == probe.weight("modest")
+                 == probe.default, 30, "equal weights written")
+        got = _share_of({"tenant": [], "modest": []}, probe, 4.0)
+        assert got["modest"] == pytest.approx(0.5, rel=0.10), got
+    finally:
+        for p in procs.values():
+            os.killpg(p.pid, 9)
+            p.wait()

@@ -162,6 +162,26 @@ def test_job_ids_cannot_inject_metrics_lines(daemon):
     assert daemon.metric("adloader_dropped_frames_total") == 2
 
 
+def test_a_job_is_the_process_the_kernel_says_connected_not_the_pid_it_claims(daemon):
+    """A master that claims another process's pid (init's) is recorded with its own: the
+    kernel's credentials of the connection (SO_PEERCRED), which a tenant cannot forge."""
+    with RawMaster(daemon.endpoint) as m:
+        m.register("claims-init", "tok", pid=1)
+        wait_for(lambda: daemon.events("attached", "claims-init"), 10, "it to attach")
+    assert daemon.job("claims-init")["pid"] == os.getpid()
+    assert daemon.events("attached", "claims-init")[0]["data"]["pid"] == os.getpid()
+
+
+def test_peer_credentials_are_read_from_the_property_libzmq_sets():
+    from adloader.daemon.broker import Peer, peer_of
+
+    got = peer_of("localhost:1000:100:4242")
+    assert isinstance(got, Peer) and got[:3] == (1000, 100, 4242) and got.seen > 0
+    assert peer_of("10.0.0.7") is None  # tcp: no credentials
+    assert peer_of("localhost:0:0:0") is None  # a process this namespace cannot see
+    assert peer_of(None) is None and peer_of("a:b:c:d") is None
+
+
 def test_worker_counts_are_bounded_with_a_message_naming_the_limit():
     loader = ElasticDataLoader(list(range(10)), batch_size=2)
     with pytest.raises(InputError, match="at most 1024"):
