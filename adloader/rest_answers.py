@@ -121,6 +121,8 @@ class ModelView(_Open):
 
     source: str = Field(description="prior | online")
     refits_skipped: int
+    refit_interval_s: float = Field(description="seconds between refits now: doubled after "
+                                    "each fit the model still mispredicts after")
     fitter: FitterUsage | None = None
     samples: SampleCounts
     training: TrainingPart

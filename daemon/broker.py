@@ -11,7 +11,10 @@ ProtocolError entry, never as an exception. An ``ipc://`` socket file is 0600, o
 ``group`` (tenants of that group may connect; each still speaks only for its own jobs). A
 folder for the socket that the broker creates itself is 0700, or 0750 and owned by ``group``
 with one; an existing folder is left as it is (it must let the group through).
-Only one thread may use a Broker (ZeroMQ sockets are not thread-safe).
+Only one thread may use a Broker (ZeroMQ sockets are not thread-safe); any thread may
+``wake`` it: a ``poll`` under way returns at once (a pipe in the same poller), so the loop
+that owns it can sleep long when nothing is due and still act at once on what another
+thread asked for.
 
 On an ``ipc://`` socket the kernel tells who connected (``SO_PEERCRED``, which libzmq puts in
 each message's ``Peer-Address`` property as ``ADDRESS:UID:GID:PID``): ``peer(routing id)``
@@ -22,9 +25,11 @@ peer in a PID namespace this daemon cannot see (pid 0).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import grp
 import os
+import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -144,7 +149,17 @@ class Broker:
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
         self._peers: OrderedDict[bytes, Peer | None] = OrderedDict()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._wake_lock = threading.Lock()  # no write to a pipe end that close() let go
         self._closed = False
+
+    def wake(self) -> None:
+        """Cut short a ``poll`` under way (or the next one); from any thread."""
+        with self._wake_lock:
+            if not self._closed:
+                with contextlib.suppress(BlockingIOError):  # full: it wakes already
+                    os.write(self._wake_w, b"\0")
 
     def peer(self, identity: bytes) -> Peer | None:
         """The kernel's credentials of the process on connection ``identity`` (see above)."""
@@ -179,7 +194,12 @@ class Broker:
         """
         if self._closed:
             return []
-        if not self._poller.poll(max(0, int(timeout_ms))):
+        ready = dict(self._poller.poll(max(0, int(timeout_ms))))
+        if self._wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake_r, 4096):
+                    pass
+        if self._socket not in ready:
             return []
         out: list[tuple[bytes, FromJobMessage | ProtocolError]] = []
         while len(out) < MAX_DRAIN:
@@ -212,9 +232,12 @@ class Broker:
 
     def close(self) -> None:
         """Close the socket (linger 0) and its context; remove the ipc socket file we made."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._wake_lock:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
         self._socket.close(linger=0)
         self._context.term()
         if self.path is not None:  # libzmq 4.3 leaves it; remove it unless someone rebound it

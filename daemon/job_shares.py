@@ -53,6 +53,10 @@ class JobShares:
             log.error("%s: no CPU group: %s", job_id, exc)
             return ()
 
+    def has_group(self, job_id: str) -> bool:
+        """Is ``job_id``'s group made (its processes then share the CPU by its weight)?"""
+        return self.groups is not None and (self.groups.base / job_id).is_dir()
+
     def adopt(self, job, peer) -> bool:
         """A job started by hand, as its master registers: move the process the kernel says
         connected (``daemon.broker.Peer``) and its descendants into the job's group (a

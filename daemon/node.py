@@ -3,8 +3,10 @@
 One control thread owns the ZeroMQ broker: it receives masters' messages, ticks the
 scheduler (buffers, lost jobs, cancels), reaps exited jobs and sends what the scheduler
 decided. REST threads call the NodeService methods (``daemon.service_impl``); they share
-the scheduler and the store under one lock and leave messages in an outbox for the control
-thread.
+the scheduler and the store under one lock, leave messages in an outbox for the control
+thread and wake it (``Broker.wake``). The loop sleeps up to ``IDLE_TICK_S`` while nothing is
+due, ``HOUSEKEEPING_S`` while a job is ending, and until the next window closes: a node with
+no jobs or steady ones wakes 4 times a second, not 20 (an idle daemon's CPU halved).
 
 Isolation: every message, every launch, every record write is its own unit of failure. A
 frame that raises costs that frame; a job that cannot be launched fails alone with the
@@ -19,7 +21,6 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import replace
 
 from adloader.config import DaemonConfig
 from adloader.errors import StorageError
@@ -30,15 +31,16 @@ from adloader.scheduling.throughput import ThroughputModel
 
 from .broker import Broker
 from .job_shares import JobShares
-from .launcher import ExitStatus, Launcher
+from .launcher import Launcher
 from .metrics import MetricsCache
 from .model_features import FeatureCounter
 from .node_cache import NodeCacheHost
 from .node_processes import ProcessesMixin
 from .online_model import OnlineModel, prior_model
+from .recovery import RecoveryMixin
 from .refit import RefitWorker
 from .retention import Retention, Retirement
-from .scheduler import ACTIVE, TERMINAL, Actions, LiveJob, Scheduler
+from .scheduler import Actions, LiveJob, Scheduler
 from .service_impl import NodeServiceMixin
 from .store import FINAL_STATES, Store
 from .tokens import TokenDigest
@@ -47,12 +49,12 @@ log = logging.getLogger("adloader.daemon")
 STORE_CHECK_S = 2.0  # how often the daemon looks whether its state file is still there
 CPU_READ_S = 6.0  # how often each job's CPU is read (a pass over the node's processes)
 LOCK_CHUNK = 64  # messages handled under one hold of the node's lock
-HOUSEKEEPING_S = 0.05  # the scheduler's clock ticks at most this often
+HOUSEKEEPING_S = 0.05  # the scheduler's clock ticks at most this often ...
+IDLE_TICK_S = 0.25  # ... and at least this often: faster only while something is due
 EMULATED_GPUS = 4  # without CUDA: the paper's node (jobs emulate their GPU steps)
-RECOVERY_GRACE_S = 5.0  # a recovered job's time to be heard again
 
 
-class Node(NodeServiceMixin, ProcessesMixin):
+class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
     def __init__(self, config: DaemonConfig, model: ThroughputModel | None = None):
         self.config = config
         state = config.state_path
@@ -82,7 +84,10 @@ class Node(NodeServiceMixin, ProcessesMixin):
         self.orphans: dict[str, tuple] = {}  # job id -> (status, since): supervisor died
         self.static_views: dict[str, tuple] = {}  # held job id -> (record, its JSON): pages
         self.metrics_cache = MetricsCache(self._metrics_snapshot)
-        self.store_note: str | None = None
+        self.store_note: str | None = self.store.identity_note  # not the folder's last one
+        if self.store_note:
+            log.error("%s", self.store_note)
+            self._record_event(None, "store_lost", {"note": self.store_note})
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -101,45 +106,6 @@ class Node(NodeServiceMixin, ProcessesMixin):
         self._recover()
 
     # -- lifecycle -------------------------------------------------------------------
-    def _recover(self) -> None:
-        """Reconcile what a previous daemon left: terminal jobs stay terminal; a launched
-        job whose supervisor recorded an exit gets its final state; a live one (or a job
-        started by hand) gets a grace period to be heard again; a job whose launch was
-        recorded but that never started (the daemon died in between) waits to be launched
-        again — it never ran, so at most once still holds."""
-        grace = time.monotonic() + RECOVERY_GRACE_S
-        ended: list[tuple[str, ExitStatus]] = []
-        for rec in self.store.list_jobs():
-            if rec.state in TERMINAL:
-                self.scheduler.ended[rec.id] = rec.state
-                continue
-            job = self._live(rec.id, rec.spec, rec.token_digest, rec.origin)
-            job.workers, job.submitted = rec.workers or 0, rec.submitted_at
-            job.supervisor = rec.supervisor or ("launcher" if rec.origin == "rest" else None)
-            launched = rec.origin == "rest" and rec.started_at is not None
-            never_ran = (launched and rec.state in ACTIVE and self.launcher.status(rec.id) is None
-                         and not self.launcher.ever_started(rec.id)
-                         and self.launcher.find(rec.id) is None)
-            if never_ran:
-                launched, rec = False, replace(rec, state="queued")
-                self._record_event(rec.id, "launch_deferred", {
-                    "reason": "the daemon stopped between recording the launch and starting it"})
-            if rec.state in ACTIVE or rec.state == "lost":
-                job.state = "running" if rec.state in ACTIVE else "lost"
-                job.last_seen, job.registered = grace, True
-                job.gpu_ids = tuple(range(min(job.gpus, self.gpus)))
-            self.scheduler.add(job)
-            if launched and rec.state not in ("queued", "buffered"):
-                status = self.launcher.status(rec.id)
-                if status is not None:
-                    ended.append((rec.id, status))
-                elif not self.launcher.adopt(rec.id, rec.pid or self.launcher.find(rec.id)):
-                    ended.append((rec.id, ExitStatus(None, None, recorded=False,
-                                                     pgid=rec.pid)))
-            self._record_event(rec.id, "recovered", {"state": rec.state})
-        for job_id, status in ended:
-            self._apply(self._exited(job_id, status))
-
     def start(self) -> None:
         self.broker = Broker(self.config.control_endpoint, self.config.socket_group or None)
         self._thread = threading.Thread(target=self._loop, name="adloader-control", daemon=True)
@@ -149,6 +115,8 @@ class Node(NodeServiceMixin, ProcessesMixin):
         """Stop serving: the control loop ends, the socket is removed, the store flushed and
         closed. Running jobs keep training and re-attach to the next daemon."""
         self._stop.set()
+        if hasattr(self, "broker"):
+            self.broker.wake()
         if self._thread:
             self._thread.join(5)
         broker = getattr(self, "broker", None)
@@ -180,7 +148,7 @@ class Node(NodeServiceMixin, ProcessesMixin):
         while not self._stop.is_set():
             self.loop_at = time.monotonic()  # the watchdog's sign of life (daemon.systemd)
             try:
-                received = self.broker.poll(int(HOUSEKEEPING_S * 1000))
+                received = self.broker.poll(int(self._wait_s(next_tick) * 1000))
             except Exception:  # never: poll reports bad frames as entries
                 log.exception("control socket")
                 self.counters["loop_errors"] += 1
@@ -204,6 +172,19 @@ class Node(NodeServiceMixin, ProcessesMixin):
                 if identity is None or not self._guarded("send", self.broker.send, identity,
                                                          msg):
                     self.counters["undelivered"] += 1
+
+    def _wait_s(self, next_tick: float) -> float:
+        """How long the loop may wait for messages: IDLE_TICK_S, less while a window closes
+        sooner, HOUSEKEEPING_S while a job is ending or a record or orphan waits. What a
+        REST request changes wakes it at once (``_apply``)."""
+        now = time.monotonic()
+        if self.scheduler.ending or self.orphans or self.dirty or self.store.fault:
+            wait = HOUSEKEEPING_S
+        elif self.scheduler.flush_at is not None:
+            wait = min(IDLE_TICK_S, self.scheduler.flush_at - self.scheduler.clock())
+        else:
+            wait = IDLE_TICK_S
+        return max(wait, next_tick - now, 0.001)
 
     def _housekeeping(self, check_store: bool) -> None:
         """The clock's work: lost jobs, windows, cancels; exits; samples; the store."""
@@ -290,6 +271,8 @@ class Node(NodeServiceMixin, ProcessesMixin):
         if self.shares is not None and (actions.launch or actions.changed):
             self.shares.follow(self.scheduler.jobs)  # not on every heartbeat: on a decision
         self.online.maybe_refit()
+        if threading.current_thread() is not self._thread and hasattr(self, "broker"):
+            self.broker.wake()  # a request's sends and windows: now, not at the next tick
 
     def _persist(self, job: LiveJob) -> None:
         if job.origin == "attached" and self.store.get_job(job.id) is None:
@@ -361,6 +344,8 @@ class Node(NodeServiceMixin, ProcessesMixin):
     def _flag_cpu_group(self, job_id: str, group: str | None) -> None:
         from adloader.host.cpu_group import separate_cpu_group
 
+        if self.shares is not None and self.shares.has_group(job_id):
+            return  # in a CPU cgroup of its own: the session's autogroup does not apply
         if separate_cpu_group(group, self.cpu_group):
             self._record_event(job_id, "separate_cpu_group", {"note": CPU_GROUP_NOTE})
             log.warning("%s: %s", job_id, CPU_GROUP_NOTE)

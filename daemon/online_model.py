@@ -11,7 +11,12 @@ every refit, and never in the daemon: it predicts from the fitted arrays,
 ``FIT_WINDOW`` of each kind, so no one job outweighs the node and the store stays bounded.
 Its loading table is made before the node's lock is taken. A model that already predicts
 the node's samples is not refitted: a fit is ~0.4 CPU-seconds, and one every 20 s was most
-of the daemon's running cost per training-second (docs/benchmarks.md, "Overhead").
+of the daemon's running cost per training-second (docs/benchmarks.md, "Overhead"). Nor is
+one refitted every turn when fitting does not help: a node whose loading the model's forms
+cannot follow (the node's L(D) under three jobs' contention, say) mispredicts after every
+fit, so each fit that is followed by a misprediction doubles the wait before the next (up to
+``REFIT_BACKOFF_MAX_S``); a turn where the model predicts well, or a job the model has not
+seen, brings it back to ``REFIT_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ FIT_WINDOW = 2000  # the newest samples of each kind a fit uses ...
 FIT_PER_JOB = 200  # ... of which one job gives at most this many
 REFIT_TOLERANCE = 0.10  # a model whose median relative error on new samples is within this
 RECENT = 200  # new samples kept to judge the model in use by
+REFIT_BACKOFF_MAX_S = 16 * REFIT_INTERVAL_S  # the longest wait after fits that did not help
 
 
 def prior_model(profile_name: str, cache: Path | None = None) -> ThroughputModel:
@@ -113,6 +119,8 @@ class OnlineModel:
         self._fitting = threading.Lock()
         self._recent: deque = deque(maxlen=RECENT)  # samples since the last fit or check
         self.skipped = 0  # refits not made: the model in use predicted the new samples
+        self.interval_s = REFIT_INTERVAL_S  # the wait between refits now (doubled, reset)
+        self._fitted = False  # a fit was made since the interval was last reset
 
     def take(self, samples) -> None:
         """Keep one valid sample per job and kind every SAMPLE_INTERVAL_S."""
@@ -121,6 +129,8 @@ class OnlineModel:
             key = (job_id, type(sample))
             if (now - self._last_sample.get(key, -1e9) >= SAMPLE_INTERVAL_S
                     and valid_sample(sample)):
+                if key not in self._last_sample:  # a job not seen yet: refit when allowed
+                    self._reset_interval()
                 self._last_sample[key] = now
                 self.pending.append((job_id, sample))
 
@@ -140,14 +150,21 @@ class OnlineModel:
         if self.fitter is not None:
             self.fitter.close()
 
+    def _reset_interval(self) -> None:
+        self.interval_s, self._fitted = REFIT_INTERVAL_S, False
+
     def maybe_refit(self) -> None:
         if (self._new_samples >= REFIT_EVERY and not self._refitting
-                and time.monotonic() - self._last_refit >= REFIT_INTERVAL_S):
+                and time.monotonic() - self._last_refit >= self.interval_s):
             self._new_samples, self._last_refit = 0, time.monotonic()
             recent, self._recent = list(self._recent), deque(maxlen=RECENT)
             if not self._worth_fitting(recent):
                 self.skipped += 1
+                self._reset_interval()
                 return
+            if self._fitted:  # the last fit did not make it predict: wait longer next time
+                self.interval_s = min(2 * self.interval_s, REFIT_BACKOFF_MAX_S)
+            self._fitted = True
             self._refitting = True
             threading.Thread(target=self._refit_quietly, name="adloader-refit",
                              daemon=True).start()

@@ -20,13 +20,15 @@ on the 2-core dev machine, where the fit itself is 0.3), and a busy node refits 
 ``REFIT_INTERVAL_S``; the worker, started at the first refit, imports it once, and again only
 after it was left idle for ``IDLE_EXIT_S`` and exited to give its memory back. Same function,
 same requests, same models. ``--for`` names the state dir only so that process listings (and
-``bench live``'s accounting) tie the worker to its daemon.
+``bench live``'s accounting) tie the worker to its daemon. The worker runs at nice 19: a fit
+waits for CPU the training jobs leave rather than taking theirs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import select
 import subprocess
 import sys
@@ -39,6 +41,8 @@ MIN_REAL = 6  # real samples of a kind before they replace the prior
 MIN_SPREAD = 4  # distinct node totals before the loading stages are refitted
 TIMEOUT_S = 300.0
 IDLE_EXIT_S = 600.0  # a worker with no request for this long exits (its memory goes back)
+WORKER_NICE = 19  # the worker's CPU priority: it runs on what the training jobs leave (not
+# SCHED_IDLE, under which a node whose loaders keep every core busy would never refit)
 
 
 def fit(request: dict) -> dict:
@@ -195,6 +199,8 @@ def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
     ``idle_exit_s``."""
     from adloader.scheduling import throughput
 
+    with contextlib.suppress(OSError):  # the jobs' CPU first: fits use what they leave
+        os.setpriority(os.PRIO_PROCESS, 0, WORKER_NICE)
     throughput._regressor("linear", 0)  # scikit-learn imported now, not at the first request
     throughput._r2([0.0, 1.0], [0.0, 1.0])
     from scipy.optimize import nnls  # noqa: F401  (the loading stages' search)

@@ -80,6 +80,7 @@ class Scheduler(EndingsMixin):
         self._node_workers: tuple[float, int] | None = None  # (clock, D) for loading samples
         self.ended: dict[str, str] = {}  # terminal jobs of earlier daemons: id -> state
         self.flush_at: float | None = None
+        self.ending = False  # a job is being cancelled or its exit awaited (see tick)
         self.set_model(model)
 
     def set_model(self, model: ThroughputModel, table=None) -> None:
@@ -195,9 +196,11 @@ class Scheduler(EndingsMixin):
         """Lost jobs, overdue exits and cancels, and buffers whose window closed."""
         now = self.clock()
         out = Actions()
+        self.ending = False  # a job on its way out: the clock is needed at every tick
         for job in list(self.jobs.values()):
             if job.state not in ACTIVE:
                 continue
+            self.ending |= job.cancel_at is not None or job.ending_since is not None
             if job.cancel_at is not None:
                 out.extend(self._escalate(job, now))
             elif job.ending_since is not None:

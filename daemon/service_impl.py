@@ -167,6 +167,7 @@ class NodeServiceMixin:
         return {
             "source": self.online.source,
             "refits_skipped": self.online.skipped,  # the model in use predicted the samples
+            "refit_interval_s": self.online.interval_s,  # doubled while fits do not help
             "fitter": dict(self.online.fitter.usage) if self.online.fitter else None,
             "samples": {"training": counts.get("training", 0),
                         "loading": counts.get("loading", 0)},

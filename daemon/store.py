@@ -27,6 +27,7 @@ from typing import Any
 from adloader.errors import StorageError
 from adloader.rest import JOB_STATES, JobSpec
 
+from . import store_identity
 from .history import HistoryMixin
 from .job_record import JOB_COLUMNS, JobRecord, record_of
 from .live import TERMINAL
@@ -77,6 +78,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         self.fault: StoreFault | None = None  # failing writes since, and why
         self.recovered: list[StoreFault] = []  # faults that ended: the daemon records them
         self._diagnosed = 0.0  # when the last failure's cause was read from the file system
+        self.identity_note: str | None = None  # not the database the folder last had
         self._open()
 
     def _open(self) -> None:
@@ -104,10 +106,15 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
                 if "iteration" not in columns:  # added within schema 2: older daemons ignore it
                     self._db.execute("ALTER TABLE jobs ADD COLUMN iteration INTEGER")
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                self.identity_note = store_identity.check(self._db, self.path)
             held = ",".join("?" * len(TERMINAL))
             self._jobs = {row[0]: record_of(row) for row in self._db.execute(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE state NOT IN ({held}) ORDER BY id",
                 TERMINAL)}
+        except OSError as exc:  # the id file beside it
+            self._db.close()
+            raise StorageError(f"{store_identity.id_file(self.path)}: cannot write the state "
+                               f"database's id: {exc.strerror}") from None
         except sqlite3.Error as exc:
             self._db.close()
             why = " ".join(str(exc).replace("*** in database main ***", "").split())
@@ -116,7 +123,12 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         except StorageError:
             self._db.close()
             raise
-        self._identity = _file_identity(self.path)
+        try:
+            self._identity = _file_identity(self.path)
+        except OSError as exc:
+            self._db.close()
+            raise StorageError(f"{self.path}: cannot read the state database's file: "
+                               f"{exc.strerror}") from None
 
     def _migrate_v1(self) -> None:
         """Schema 1 kept tokens in clear: keep their digests instead."""
@@ -204,8 +216,12 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
 
     def restore_if_gone(self) -> str | None:
         """If the file was deleted or replaced under the daemon, write what the open
-        connection still holds back to ``path`` and carry on there; says what happened."""
-        now = _file_identity(self.path)
+        connection still holds back to ``path`` and carry on there; says what happened.
+        A file the disk cannot stat (EIO) is not taken for gone: the writes say the fault."""
+        try:
+            now = _file_identity(self.path)
+        except OSError:
+            return None
         if now == self._identity:
             return None
         with self._lock:
@@ -315,9 +331,10 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path``; None when it is gone (other errors are raised)."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return st.st_dev, st.st_ino
 

@@ -44,8 +44,16 @@ def diagnose(db_path: Path, sqlite_text: str = "") -> str:
         return "read_only"
     if st.f_bavail * st.f_frsize < LOW_SPACE or (st.f_files and st.f_favail == 0):
         return "full"
-    files = [p for p in (db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm"))
-             if p.exists()]
+    files = []
+    for path in (folder, db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            continue
+        except OSError:  # the disk cannot say: EIO (access() would call it not writable)
+            return "io_error"
+        if path != folder:
+            files.append(path)
     if not os.access(folder, os.W_OK) or not all(os.access(p, os.W_OK) for p in files):
         return "not_writable"
     if _immutable(folder) or any(_immutable(p) for p in files):

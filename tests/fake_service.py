@@ -98,6 +98,7 @@ class FakeService:
         self._check()
         part = {"regressor": "linear", "r2": {"linear": 0.99}}
         return {"source": "online" if self.fits else "prior", "refits_skipped": 0,
+                "refit_interval_s": 20.0,
                 "fitter": None, "samples": {"training": 0, "loading": 0}, "fits": self.fits,
                 "training": part, "loading": {**part, "contention_from": 8,
                                               "saturation_at": 16, "slopes": [1.0, 0.5, 0.0]}}

@@ -157,3 +157,39 @@ def test_tcp_endpoint_close_and_bad_endpoints(tmp_path):
         other.close()
         assert first.poll(0) == []
     assert not (tmp_path / "a.sock").exists()
+
+
+def test_a_wake_from_another_thread_cuts_a_long_poll_short(broker, ctx):
+    """The control loop sleeps up to its idle tick; a REST request's sends must not wait
+    for it: ``wake`` (any thread) ends a poll under way, and the messages still come."""
+    import threading
+
+    threading.Timer(0.2, broker.wake).start()
+    t0 = time.monotonic()
+    assert broker.poll(30_000) == []  # woken: nothing to read, long before 30 s
+    assert time.monotonic() - t0 < 15
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(broker.endpoint)
+    dealer.send(encode(beat()))
+    broker.wake()  # a wake and a message together: the message is read
+    deadline = time.monotonic() + 10
+    got = []
+    while not got and time.monotonic() < deadline:
+        got = broker.poll(1000)
+    assert [m.type for _, m in got] == ["heartbeat"]
+    for _ in range(100_000):  # a full pipe is not an error
+        broker.wake()
+    assert broker.poll(0) == []
+    dealer.close(0)
+
+
+def test_the_kernels_credentials_of_each_connection(broker, ctx):
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(broker.endpoint)
+    dealer.send(encode(beat()))
+    deadline, got = time.monotonic() + 10, []
+    while not got and time.monotonic() < deadline:
+        got = broker.poll(1000)
+    peer = broker.peer(got[0][0])
+    assert (peer.uid, peer.gid, peer.pid) == (os.getuid(), os.getgid(), os.getpid())
+    dealer.close(0)

@@ -120,9 +120,15 @@ def test_v2_files_are_written_as_the_kernel_reads_them(tmp_path):
 
 
 @pytest.fixture
-def sharing_daemon(tmp_path):
-    """A real daemon with ``--cpu-shares`` (policy ``requested``), and a view of its groups."""
+def sharing_daemon(tmp_path, monkeypatch):
+    """A real daemon with ``--cpu-shares`` (policy ``requested``), and a view of its groups.
+    A job is lost only after 60 s without a heartbeat: a master starved by its own spinning
+    processes on one CPU must not end its job (and its group) in the middle of a reading."""
     from daemon_harness import Daemon
+
+    from adloader import env
+
+    monkeypatch.setenv(env.setting("lost_after_s"), "60")
 
     parent = f"adloader-test-{uuid.uuid4().hex[:8]}"
     try:
@@ -208,6 +214,7 @@ def test_jobs_started_by_hand_join_their_groups_and_a_tenant_takes_only_its_shar
                      f"{job}'s process and the ones it started in its group")
             assert d.job(job)["pid"] == p.pid  # the kernel's pid
             assert d.events("cpu_group_joined", job)
+            assert not d.events("separate_cpu_group", job)  # its session no longer decides
         wait_for(lambda: probe.weight("tenant") == probe.weight("modest")
                  == probe.default, 30, "equal weights written")
         got = _share_of({"tenant": [], "modest": []}, probe, 4.0)

@@ -165,13 +165,17 @@ def test_jobs_on_one_dataset_share_the_daemons_segment_and_the_split_follows(tmp
     procs = []
     try:
         for name, folder, seed in (("a", data, 0), ("c", other, 2), ("b", data, 1)):
-            tag = str(tmp_path / name)
+            tag, splits = str(tmp_path / name), len(d.events("cache_split"))
             procs.append((name, tag, __import__("subprocess").Popen(
                 [*cmd, str(folder), str(seed), "ds-" + folder.name, tag], env=env,
                 stdout=__import__("subprocess").PIPE, stderr=__import__("subprocess").PIPE,
                 text=True)))
             wait_for(lambda t=tag: os.path.exists(t + ".ready"), 60, f"job {name} to attach")
             if name != "b":  # a reads alone first; b comes after, on a's samples
+                # the split made for it is in place first: one made while it reads could
+                # let samples it just cached go, and they would be read again
+                wait_for(lambda s=splits: len(d.events("cache_split")) > s, 30,
+                         f"the split for job {name}")
                 open(tag + ".go", "w").close()
                 out = procs[-1][2].communicate(timeout=120)
                 assert procs[-1][2].returncode == 0, out[1][-2000:]

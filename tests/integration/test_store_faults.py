@@ -1,8 +1,10 @@
 """The state folder fails under a running daemon, on real file systems the test makes: a
 tmpfs filled to the brim, an ext4 loop mount that turns read-only after an error (the
 kernel's ``trigger_fs_error``, as ``errors=remount-ro`` does on a disk error), the same
-shut down so that every access answers EIO (``EXT4_IOC_SHUTDOWN``, as xfstests' ``godown``;
-this machine has no device-mapper for dm-error), and immutable files (``chattr +i``).
+shut down so that every access answers EIO (``EXT4_IOC_SHUTDOWN``, as xfstests' ``godown``),
+a FUSE pass-through that answers EIO on demand and then recovers (``tests/fuse_faults.py``:
+this machine's kernel has no device-mapper for dm-error or dm-flakey), and immutable files
+(``chattr +i``).
 
 In each the daemon stays up, answers writes with 503 naming the cause, says so in
 ``/healthz``, keeps its jobs, and — once the fault clears — writes what it held, records the
@@ -40,13 +42,17 @@ def mounts(tmp_path):
     if os.geteuid() != 0:
         cannot("mounting file systems needs root")
     made: list[tuple[Path, str | None]] = []
+    servers: list[subprocess.Popen] = []
 
     def make(kind: str, size: str = "16m") -> Path:
         point = tmp_path / f"mnt{len(made)}"
         point.mkdir()
         loop = None
         try:
-            if kind == "tmpfs":
+            if kind == "fuse":  # the switch beside it: ``point.switch`` holds an errno name
+                servers.append(_fuse(point, tmp_path / f"{point.name}.backing",
+                                     _switch(point)))
+            elif kind == "tmpfs":
                 _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
                      str(point))
             else:
@@ -68,6 +74,36 @@ def mounts(tmp_path):
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
         if loop:
             subprocess.run(["losetup", "-d", loop], capture_output=True)
+    for server in servers:
+        server.terminate()
+        server.wait(10)
+
+
+def _switch(point: Path) -> Path:
+    return point.with_name(f"{point.name}.switch")
+
+
+def _fuse(point: Path, backing: Path, switch: Path) -> subprocess.Popen:
+    """``tests/fuse_faults.py`` serving ``backing`` at ``point`` (fails as ``switch`` says)."""
+    if not Path("/dev/fuse").exists():
+        cannot("/dev/fuse is missing (the kernel's FUSE)")
+    try:
+        import fuse  # noqa: F401  (fusepy: the dev extra)
+    except (ImportError, OSError) as exc:  # OSError: libfuse.so.2 missing (libfuse2)
+        cannot(f"fusepy over libfuse2 is needed: {exc}")
+    backing.mkdir()
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "fuse_faults.py"),
+                               str(backing), str(point), str(switch)],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: os.path.ismount(point) or server.poll() is not None, 30,
+                 "the FUSE mount")
+    except AssertionError:
+        server.kill()
+        raise
+    if server.poll() is not None:
+        cannot(f"FUSE mount failed: {server.stderr.read().strip()}")
+    return server
 
 
 def _job(name: str, seconds: float) -> dict:
@@ -166,6 +202,20 @@ def test_an_io_error_refuses_writes_and_the_daemon_stays_up(started):
     # the job goes on and ends; the daemon, with nothing readable on its disk, stays up
     wait_for(lambda: _fault(daemon) and daemon.proc.poll() is None, 10, "the fault, stated")
     assert daemon.http.get("/healthz").status_code == 200
+
+
+def test_io_errors_that_clear_refuse_writes_keep_the_job_and_recover(started):
+    """A disk that answers EIO to everything for a while (a FUSE layer that fails on
+    demand), then comes back: the daemon answers 503 naming the I/O error, holds the end of
+    the job that finished meanwhile, and writes it once the disk answers again."""
+    daemon, point, job = started("fuse")
+    _switch(point).write_text("EIO")
+    _refused(daemon, "io_error", "I/O error")
+    wait_for(lambda: daemon.http.get("/healthz").json().get("unwritten_jobs"), 30,
+             "the job's end, held in memory")
+    assert daemon.proc.poll() is None
+    _switch(point).write_text("")
+    _recovered(daemon, job)
 
 
 def test_immutable_state_files_hold_a_launch_back_until_they_are_writable(mounts):

@@ -153,6 +153,43 @@ def test_a_store_deleted_just_before_a_graceful_stop_is_written_back_first(tmp_p
         again.stop()
 
 
+def test_a_store_lost_while_no_daemon_ran_is_said_at_the_next_start(tmp_path):
+    """The database deleted between two daemons (or its daemon killed before it could write
+    it back): the next start checks the store's identity first, finds its id file without
+    its database, starts afresh and says so (log, /healthz, an event) — and a plain restart,
+    or a database swapped for another, is told apart."""
+    d = Daemon(tmp_path / "state").start()
+    try:
+        d.submit("before", command=[sys.executable, "-c", "pass"])
+    finally:
+        d.stop()
+    again = Daemon(d.state_dir, port=d.port).start()  # a plain restart: nothing to say
+    try:
+        assert again.http.get("/healthz").json().get("store") is None
+        assert not again.events("store_lost")
+    finally:
+        again.stop()
+    other = tmp_path / "other"
+    Daemon(other).start().stop()  # another node's store, made apart
+    for name in ("adloader.db", "adloader.db-wal", "adloader.db-shm"):
+        (d.state_dir / name).unlink(missing_ok=True)
+    lost = Daemon(d.state_dir, port=d.port).start()
+    try:
+        note = lost.http.get("/healthz").json()["store"]
+        assert "gone when the daemon started" in note and "jobs of the old one" in note
+        assert lost.events("store_lost") and note in lost.log
+        assert lost.http.get("/v1/jobs").json() == []
+    finally:
+        lost.stop()
+    (d.state_dir / "adloader.db").unlink()
+    (d.state_dir / "adloader.db").write_bytes((other / "adloader.db").read_bytes())
+    swapped = Daemon(d.state_dir, port=d.port).start()
+    try:
+        assert "another state database" in swapped.http.get("/healthz").json()["store"]
+    finally:
+        swapped.stop()
+
+
 def _can_mount_tmpfs(tmp_path) -> bool:
     target = tmp_path / "probe"
     target.mkdir()

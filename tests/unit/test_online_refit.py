@@ -32,10 +32,10 @@ class _Scheduler:
 
 def _online(model, monkeypatch) -> tuple[OnlineModel, list]:
     fits: list = []
+    monkeypatch.setattr(online_model, "REFIT_INTERVAL_S", 0.0)
     online = OnlineModel(model, _Store(), _Scheduler(model), threading.Lock(),
                          lambda *a: None)
     monkeypatch.setattr(online, "fit", lambda quiet=False: fits.append(quiet))
-    monkeypatch.setattr(online_model, "REFIT_INTERVAL_S", 0.0)
     return online, fits
 
 
@@ -115,3 +115,28 @@ def test_a_kept_prior_without_its_arrays_is_fitted_again(tmp_path, monkeypatch):
     cache.write_text(json.dumps(kept))
     online_model.prior_model("paper", cache)
     assert len(fitted) == 2
+
+
+def test_fits_that_do_not_help_are_spaced_out_until_a_new_job_comes(monkeypatch):
+    """A node the model's forms cannot follow mispredicts after every fit: each such fit
+    doubles the wait (20, 40, 80 … up to REFIT_BACKOFF_MAX_S), not a fit every 20 s; a job
+    the model has not seen brings the wait back to 20 s."""
+    model = synth.fitted_model(load_profile("paper"), 0)
+    online, fits = _online(model, monkeypatch)
+    monkeypatch.setattr(online_model, "REFIT_INTERVAL_S", 20.0)
+    online.interval_s = 20.0
+    now = [1000.0]
+    monkeypatch.setattr(online_model.time, "monotonic", lambda: now[0])
+    fitted_at = []
+    wrong = _samples(model, 1.0 + 3 * REFIT_TOLERANCE)  # still wrong after every "fit"
+    for _ in range(700):  # a sample a second for 700 s
+        before = len(fits)
+        _feed(online, wrong[:1], 1)
+        if len(fits) > before:
+            fitted_at.append(now[0] - 1000.0)
+        now[0] += 1.0
+    gaps = np.diff(fitted_at).tolist()
+    assert gaps[:4] == [20.0, 40.0, 80.0, 160.0], fitted_at
+    assert max(gaps) == online_model.REFIT_BACKOFF_MAX_S and len(fits) <= 7, fitted_at
+    online.take([("a-new-job", wrong[0][1])])  # its first sample
+    assert online.interval_s == 20.0
