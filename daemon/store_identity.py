@@ -27,8 +27,8 @@ def id_file(db_path: Path) -> Path:
 
 
 def check(db: sqlite3.Connection, db_path: Path) -> str | None:
-    """The store's id made or read (inside ``db``, in a transaction the caller holds), the
-    id file written; a note when the database is not the one the folder last had."""
+    """The store's id made or read (inside ``db``, under the store's lock), the id file
+    written; a note when the database is not the one the folder last had."""
     db.execute(META)
     row = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
     made = row is None
