@@ -149,6 +149,7 @@ class Broker:
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
         self._peers: OrderedDict[bytes, Peer | None] = OrderedDict()
+        self._addresses: dict[bytes, str | None] = {}  # what each Peer was parsed from
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._poller.register(self._wake_r, zmq.POLLIN)
         self._wake_lock = threading.Lock()  # no write to a pipe end that close() let go
@@ -172,15 +173,15 @@ class Broker:
         first = self._socket.recv(zmq.NOBLOCK, copy=False)
         identity = first.bytes
         try:
-            peer = peer_of(first.get("Peer-Address"))
+            address = first.get("Peer-Address")
         except zmq.ZMQError:
-            peer = None
-        known = self._peers.get(identity)
-        if known is None or peer is None or known[:3] != peer[:3]:
-            self._peers[identity] = peer
+            address = None
+        if self._addresses.get(identity) != address:  # parsed once a connection, not a beat
+            self._addresses[identity] = address
+            self._peers[identity] = peer_of(address)
         self._peers.move_to_end(identity)
         while len(self._peers) > MAX_PEERS:
-            self._peers.popitem(last=False)
+            self._addresses.pop(self._peers.popitem(last=False)[0], None)
         frames = [identity]
         while self._socket.getsockopt(zmq.RCVMORE):
             frames.append(self._socket.recv(zmq.NOBLOCK))
