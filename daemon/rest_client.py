@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from adloader.errors import DaemonUnavailable, InputError
 
 DEFAULT_URL = "http://127.0.0.1:7070"
 TIMEOUT_S = 10.0
+LOG_WINDOW_MAX = 16 * 1024 * 1024  # the most of a log one request tails (the API's own cap)
 
 
 def find_token(token_file: str | os.PathLike | None = None) -> tuple[str | None, str]:
@@ -194,6 +196,22 @@ class DaemonClient:
     def log(self, job_id: str, tail: int = 64 * 1024) -> str:
         return self.request("GET", rest.job_path(job_id, rest.LOG), params={"tail": tail}).text
 
+    def log_lines(self, job_id: str, lines: int) -> str:
+        """The last ``lines`` lines of the job's output (the API tails bytes: the window
+        doubles, 4 KiB to 16 MiB, until it holds them or the whole log)."""
+        if lines <= 0:
+            return ""
+        window = 4096
+        while True:
+            text = self.log(job_id, window)
+            whole = len(text.encode("utf-8", "replace")) < window or window >= LOG_WINDOW_MAX
+            kept = text.splitlines(keepends=True)
+            if not whole:
+                kept = kept[1:]  # the window's first line may have begun before it
+            if len(kept) >= lines or whole:
+                return "".join(kept[-lines:])
+            window *= 2
+
     def follow_log(self, job_id: str, tail: int = 64 * 1024) -> Iterator[str]:
         """The job's output as it is written, until the job has ended and all is read."""
         conn = self._connection(None)  # no time-out: a quiet job is not a dead daemon
@@ -216,6 +234,21 @@ class DaemonClient:
 
     def events(self, since: int = 0, limit: int = 500) -> list[dict]:
         return self.request("GET", rest.EVENTS, params={"since": since, "limit": limit}).json()
+
+    def job_events(self, job_id: str, last: int) -> tuple[list[dict], int]:
+        """(the job's last ``last`` events, how many it has), page after page."""
+        params: dict[str, Any] = {"job": job_id, "limit": rest.PAGE_MAX}
+        kept: deque[dict] = deque(maxlen=max(last, 0))
+        count = 0
+        while True:
+            page = self.request("GET", rest.EVENTS, params=params)
+            items = page.json()
+            kept.extend(items)
+            count += len(items)
+            cursor = page.header(rest.NEXT_CURSOR)
+            if not cursor or not items:
+                return list(kept), count
+            params["cursor"] = cursor
 
     def allocations(self) -> dict:
         return self.request("GET", rest.ALLOCATIONS).json()

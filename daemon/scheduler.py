@@ -371,8 +371,11 @@ class Scheduler(EndingsMixin):
         """c_i from the job's own steps, one update per ``CORRECT_EVERY_S``; a re-plan at
         once when it moved since the job's last plan (``adloader.scheduling.correction``)."""
         now = self.clock()
-        if job.corrected_at == 0.0:  # its first GPU-bound beat: skip the warm-up
-            job.corrected_at = now + correction.WARMUP_S - CORRECT_EVERY_S
+        if job.corrected_at == 0.0:  # its first GPU-bound beat: skip what is left of its
+            # warm-up (its first seconds of steps, however fed: a job that waited on a loader
+            # it shared is not warming up when its workers come)
+            left = max(0.0, correction.WARMUP_S - job.busy_s - job.wait_s)
+            job.corrected_at = now + left - CORRECT_EVERY_S
         if job.ceiling <= 0 or now - job.corrected_at < CORRECT_EVERY_S:
             return Actions()
         predicted = job.ceiling * job.rate_scale / job.planned_scale  # with today's c_i

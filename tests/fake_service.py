@@ -86,7 +86,8 @@ class FakeService:
         if query.cursor:
             after = max(after, decode_cursor(EVENT_CURSOR, query.cursor))
         page = [e for e in self.events(after, query.limit)
-                if not query.kind or e["kind"] in query.kind]
+                if (not query.kind or e["kind"] in query.kind)
+                and query.job in (None, e["job"])]
         return json.dumps(page).encode(), encode_cursor(EVENT_CURSOR,
                                                         page[-1]["id"] if page else after)
 

@@ -22,8 +22,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("adloader.cli.daemon", "run a training command as a job of the daemon"),
     "submit": ("adloader.cli.jobs", "submit a training job to the daemon"),
     "jobs": ("adloader.cli.jobs", "list the daemon's jobs"),
+    "describe": ("adloader.cli.jobs", "one job, whole: state, processes, spec, events"),
     "logs": ("adloader.cli.jobs", "a job's output (-f to follow it)"),
-    "cancel": ("adloader.cli.jobs", "cancel a job"),
+    "cancel": ("adloader.cli.jobs", "cancel jobs"),
     "pause": ("adloader.cli.jobs", "suspend a running job"),
     "resume": ("adloader.cli.jobs", "resume a paused job"),
     "replay": ("adloader.cli.replay", "replay a trace against a running daemon"),
@@ -35,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("adloader.cli.zoo", "the model zoo and its FLOPs/parameter table"),
 }
 ALIASES = {"model": "tpm"}  # old names, kept working but not listed
+OUTPUT_FLAGS = {"json": "out", "plot": "plot", "report": "report"}  # dest: the flag's name
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -90,12 +92,13 @@ def _version() -> str:
 def _check_outputs(args) -> None:
     """A result file or report folder the run could not write is named before the run (a
     long bench must not end in a traceback): its folder must exist."""
-    for flag in ("json", "plot", "report"):
+    for flag in OUTPUT_FLAGS:
         path = getattr(args, flag, None)
         if isinstance(path, str) and path:
             folder = Path(path).expanduser().resolve().parent
             if not folder.is_dir():
-                raise InputError(f"--{flag} {path}: the folder {folder} does not exist")
+                raise InputError(f"--{OUTPUT_FLAGS[flag]} {path}: the folder {folder} does "
+                                 "not exist")
 
 
 # what `pip install "adloader[daemon]"` adds (pyproject.toml), by import name

@@ -91,7 +91,9 @@ def counts(text: str) -> tuple[int, ...]:
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", default=None, help="write the result as JSON")
+    """``--out FILE``: the result as JSON, in a file (``--json FILE``, its first name, kept)."""
+    parser.add_argument("--out", "--json", dest="json", default=None, metavar="FILE",
+                        help="write the result as JSON to FILE (--json FILE: the same)")
 
 
 def output_options(parser: argparse.ArgumentParser) -> None:

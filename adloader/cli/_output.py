@@ -8,8 +8,24 @@ from rich.table import Table
 # benchmarks' reports (which ``adloader demo`` prints too)
 from adloader.sim.report import console, plot, save, table
 
-__all__ = ["console", "describe", "plot", "result_line", "result_table", "save",
+__all__ = ["console", "describe", "listing", "plot", "result_line", "result_table", "save",
            "score_table", "table"]
+
+
+def listing(title: str, columns: list[str], rows: list[list], *, left: int = 1) -> None:
+    """A listing on standard output: a table on a terminal; piped, plain columns a line per
+    row, no title, no box and no colour (what ``awk``, ``grep`` and ``cut`` expect)."""
+    import sys
+
+    if sys.stdout.isatty():
+        console().print(table(title, columns, rows, left=left))
+        return
+    cells = [[str(c) for c in columns], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    for r in cells:
+        line = "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        sys.stdout.write(line.rstrip() + "\n")
 
 
 def result_table(result: dict, title: str) -> Table:

@@ -1,5 +1,8 @@
-"""``adloader submit | jobs | cancel | pause | resume | logs``: a running daemon's jobs, over
-its REST API (``daemon.rest_client.DaemonClient``).
+"""``adloader submit | jobs | describe | cancel | pause | resume | logs``: a running daemon's
+jobs, over its REST API (``daemon.rest_client.DaemonClient``).
+
+Listings print to standard output, chosen with ``-o`` (``table``, ``wide``, ``name``,
+``json``); piped, a table is plain columns, a line per job.
 
 The daemon is at ``--url`` (ADLOADER_URL, default http://127.0.0.1:7070); its bearer token
 comes from ADLOADER_TOKEN, else ``--token-file`` (default: the daemon config's token path).
@@ -22,10 +25,14 @@ from adloader.errors import InputError
 from . import _options, _output
 
 _SPEC_FLAGS = ("name", "model", "batch_size", "gpus", "iterations", "epochs", "workers", "cwd")
+OUTPUTS = ("table", "wide", "name", "json")
+DEFAULT_LOG_BYTES = 64 * 1024  # ``logs`` without --tail: the API's own default
+EVENTS_SHOWN = 10  # ``describe``: the job's latest events
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``submit``, ``jobs``, ``cancel``, ``pause``, ``resume`` and ``logs``."""
+    """Add ``submit``, ``jobs``, ``describe``, ``cancel``, ``pause``, ``resume`` and
+    ``logs``."""
     common = _options.daemon_options()
 
     p = sub.add_parser("submit", parents=[common], help="submit a training job to the daemon",
@@ -46,14 +53,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_submit)
 
     p = sub.add_parser("jobs", parents=[common], help="list the daemon's jobs")
-    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    p.add_argument("-o", "--output", choices=OUTPUTS, default=None,
+                   help="table (default), wide (every column), name (the ids, a line each), "
+                        "json")
+    p.add_argument("--json", dest="output", action="store_const", const="json",
+                   help="the same as -o json")
     p.add_argument("--state", action="append", default=[], metavar="STATE",
                    help="only jobs in this state (repeatable, or comma-separated: "
                         "running,paused)")
     p.set_defaults(func=_jobs)
 
-    p = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    p = sub.add_parser("describe", parents=[common],
+                       help="one job, whole: its state, processes, spec and latest events")
     p.add_argument("job", metavar="ID", help="job id, e.g. j-000001")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.set_defaults(func=_describe)
+
+    p = sub.add_parser("cancel", parents=[common], help="cancel jobs")
+    p.add_argument("jobs", nargs="+", metavar="ID", help="job ids, e.g. j-000001 j-000002")
     p.add_argument("--signal", metavar="SIG",
                    help="send a launched job's processes SIG now (TERM, INT, KILL, 9…) "
                         "instead of asking it to stop at its next batch boundary")
@@ -71,8 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("logs", parents=[common], help="a job's output")
     p.add_argument("job", metavar="ID", help="job id, e.g. j-000001")
-    p.add_argument("--tail", type=int, default=64 * 1024, metavar="BYTES",
-                   help="show at most the last BYTES bytes (default 65536)")  # fmt: skip
+    p.add_argument("--tail", type=int, default=None, metavar="N",
+                   help="show the last N lines (default: the last 64 KiB)")  # fmt: skip
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing the output as the job writes it, until it ends")
     p.set_defaults(func=_logs)
@@ -174,23 +191,39 @@ def _or_dash(value: Any, fmt: str = "{}") -> str:
     return "—" if value is None else fmt.format(value)
 
 
-def jobs_table(jobs: list[dict]):
-    """One row per job: id, name, state, model, b, n, workers, iteration, samples/s, times."""
+def job_rows(jobs: list[dict], wide: bool = False) -> tuple[list[str], list[list]]:
+    """(columns, a row per job): id, name, state, model, b, n, workers, iteration,
+    samples/s, submitted, exit, pids; ``wide`` adds CPU %, start, end and how it ended."""
+    columns = ["id", "name", "state", "model", "batch", "GPUs", "workers", "iteration",
+               "samples/s", "submitted", "exit", "pid", "supervisor"]
+    if wide:
+        columns += ["CPU %", "started", "ended", "reason"]
     rows = []
     for job in jobs:
         spec = job.get("spec") or {}
         ended = job.get("reason") if job["state"] in ("failed", "lost") else None
-        rows.append([
-            job["id"], job["name"], job["state"] + (f" ({ended})" if ended else ""),
-            _model_or_features(spec), _or_dash(spec.get("batch_size")),
-            _or_dash(spec.get("gpus")), _or_dash(job.get("workers")),
-            _or_dash(job.get("iteration")), _or_dash(job.get("throughput"), "{:.1f}"),
-            _when(job.get("submitted_at")), _or_dash(job.get("exit_code")),
-            _or_dash(job.get("pid")), _or_dash(job.get("supervisor_pid"))])
-    return _output.table(f"{len(jobs)} job{'s' * (len(jobs) != 1)}",
-                         ["id", "name", "state", "model", "batch", "GPUs", "workers",
-                          "iteration", "samples/s", "submitted", "exit", "pid",
-                          "supervisor"], rows, left=4)
+        row = [job["id"], job["name"], job["state"] + (f" ({ended})" if ended else ""),
+               _model_or_features(spec), _or_dash(spec.get("batch_size")),
+               _or_dash(spec.get("gpus")), _or_dash(job.get("workers")),
+               _or_dash(job.get("iteration")), _or_dash(job.get("throughput"), "{:.1f}"),
+               _when(job.get("submitted_at")), _or_dash(job.get("exit_code")),
+               _or_dash(job.get("pid")), _or_dash(job.get("supervisor_pid"))]
+        if wide:
+            row += [_or_dash(job.get("cpu_percent"), "{:.0f}"), _when(job.get("started_at")),
+                    _when(job.get("finished_at")), _or_dash(job.get("reason"))]
+        rows.append(row)
+    return columns, rows
+
+
+def print_jobs(jobs: list[dict], output: str = "table") -> None:
+    """``jobs`` as ``-o`` asks, on standard output."""
+    if output == "json":
+        print(json.dumps(jobs, indent=2))
+    elif output == "name":
+        sys.stdout.writelines(f"{job['id']}\n" for job in jobs)
+    else:
+        columns, rows = job_rows(jobs, wide=output == "wide")
+        _output.listing(f"{len(jobs)} job{'s' * (len(jobs) != 1)}", columns, rows, left=4)
 
 
 def _states(given: list[str]) -> list[str]:
@@ -207,25 +240,54 @@ def _states(given: list[str]) -> list[str]:
 def _jobs(args: argparse.Namespace) -> int:
     with _options.client(args) as client:
         jobs = [j.model_dump(mode="json") for j in client.jobs(_states(args.state))]
-    if args.json:
-        print(json.dumps(jobs, indent=2))
-    else:
-        _output.console().print(jobs_table(jobs))
+    print_jobs(jobs, args.output or "table")
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    with _options.client(args) as client:
+        job = client.job(args.job).model_dump(mode="json")
+        events, count = client.job_events(args.job, EVENTS_SHOWN)
+    if args.output == "json":
+        print(json.dumps({"job": job, "events": events, "event_count": count}, indent=2))
+        return 0
+    spec = job.pop("spec") or {}
+    lines = [f"{key}: {_or_dash(value)}" for key, value in job.items()
+             if not key.endswith("_at")]
+    lines += [f"{key}: {_when(job.get(key))}" for key in job if key.endswith("_at")]
+    lines.append("spec:")
+    lines += [f"  {key}: {json.dumps(value) if isinstance(value, (dict, list)) else value}"
+              for key, value in spec.items() if value is not None]
+    lines.append(f"events (the last {len(events)} of {count}):")
+    lines += [f"  {_when(e.get('t'))}  {e.get('kind')}  {json.dumps(e.get('data') or {})}"
+              for e in events]
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    """Each job in turn; one the daemon refuses is said and the others are still cancelled
+    (exit 2 when any was refused)."""
     if args.signal is not None:
         from adloader.rest import signal_number
 
         signal_number(args.signal)  # a bad name is said before the daemon is asked
+    refused = []
     with _options.client(args) as client:
-        job = client.cancel(args.job, args.signal)
-    ending = "" if job.state in ("cancelled", "finished", "failed", "lost") else \
-        f" (sent {args.signal.upper()})" if args.signal else \
-        " (asked to stop at its next batch boundary)"
-    print(f"cancelled {job.id} ({job.name}): {job.state}{ending}")
-    return 0
+        for job_id in dict.fromkeys(args.jobs):
+            try:
+                job = client.cancel(job_id, args.signal)
+            except InputError as exc:
+                if len(args.jobs) == 1:
+                    raise
+                refused.append(job_id)
+                print(f"adloader: error: {exc}", file=sys.stderr)
+                continue
+            ending = "" if job.state in ("cancelled", "finished", "failed", "lost") else \
+                f" (sent {args.signal.upper()})" if args.signal else \
+                " (asked to stop at its next batch boundary)"
+            print(f"cancelled {job.id} ({job.name}): {job.state}{ending}")
+    return 2 if refused else 0
 
 
 def _pause(args: argparse.Namespace) -> int:
@@ -243,15 +305,21 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    if args.tail < 0:
+    if args.tail is not None and args.tail < 0:
         raise InputError(f"--tail must be >= 0, got {args.tail}")
     with _options.client(args) as client:
-        if args.follow:
-            for chunk in client.follow_log(args.job, args.tail):
+        if args.tail is None:
+            text, window = None, DEFAULT_LOG_BYTES
+        else:
+            text = client.log_lines(args.job, args.tail)
+            window = len(text.encode("utf-8", "replace"))
+        if args.follow:  # from those lines on (a line written meanwhile may be cut)
+            for chunk in client.follow_log(args.job, window):
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
             return 0
-        text = client.log(args.job, args.tail)
+        if text is None:
+            text = client.log(args.job, window)
     sys.stdout.write(text)
     if text and not text.endswith("\n"):
         sys.stdout.write("\n")

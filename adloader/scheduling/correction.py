@@ -6,8 +6,9 @@ GPU other than the profile's) stays mispredicted. Each heartbeat reports the job
 step; when the GPU never waits for data, B / step is its real rate. The correction c_i is a
 smoothed ratio of observed to predicted rate, c ← c · (obs/pred)^w in log space (at
 w = 0.7 a 2× error is 1.23× after one update and 1.07× after two), and the planner uses
-c_i · B·F_μ. A job's first ``WARMUP_S`` of steps are not used (warm-up steps are slow for
-reasons that pass); it is re-planned when c_i moved by more than ``MOVED`` since its last plan.
+c_i · B·F_μ. A job's first ``WARMUP_S`` of steps (GPU-bound or not) are not used (warm-up
+steps are slow for reasons that pass); it is re-planned when c_i moved by more than ``MOVED``
+since its last plan.
 """
 
 from __future__ import annotations

@@ -85,8 +85,12 @@ def test_submit_flags_then_jobs_logs_cancel(run, daemon, tmp_path, monkeypatch):
     code, out, _ = run("jobs", "--json")
     assert [j["name"] for j in __import__("json").loads(out)] == ["Resnet18", "tiny"]
 
-    code, out, _ = run("logs", "j-000001", "--tail", "8")
-    assert (code, out) == (0, "line 99\n")
+    code, out, _ = run("logs", "j-000001", "--tail", "2")  # lines, not bytes
+    assert (code, out) == (0, "line 98\nline 99\n")
+    code, out, _ = run("logs", "j-000001", "--tail", "1000")  # more than there are: all
+    assert code == 0 and out.splitlines() == [f"line {i}" for i in range(100)]
+    code, out, _ = run("logs", "j-000001")  # no --tail: the last 64 KiB, here all of it
+    assert code == 0 and out.startswith("line 0\n") and out.endswith("line 99\n")
     code, out, _ = run("cancel", "j-000002")
     assert (code, out) == (0, "cancelled j-000002 (tiny): cancelled\n")
     assert daemon.job("j-000002").state == "cancelled"
@@ -175,3 +179,45 @@ def test_deploy_example_config_names_every_setting():
     assert set(written) == {f.name for f in fields(DaemonConfig)}
     assert {k for k in written if getattr(config, k) != getattr(DaemonConfig(), k)} == {
         "state_dir"}
+
+
+def test_listings_go_to_stdout_as_asked_and_plain_when_piped(run, daemon, tmp_path):
+    for name in ("a", "b"):
+        assert run("submit", "-q", "--name", name, "--model", "smVGG7", "--batch-size", "8",
+                   "--iterations", "5", "--", "true")[0] == 0  # fmt: skip
+    code, out, _ = run("jobs", "-o", "name")
+    assert (code, out) == (0, "j-000001\nj-000002\n")
+    code, out, _ = run("jobs", "-o", "json")
+    assert [j["id"] for j in __import__("json").loads(out)] == ["j-000001", "j-000002"]
+    code, out, _ = run("jobs")  # captured, as a pipe: a header line and a line per job
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 3 and lines[0].split()[:3] == ["id", "name", "state"]
+    assert lines[1].split()[:3] == ["j-000001", "a", "queued"]
+    assert not any(ch in out for ch in "│┃━─")  # no box drawing
+    code, out, _ = run("jobs", "-o", "wide")
+    assert code == 0 and out.splitlines()[0].split()[-3:] == ["started", "ended", "reason"]
+    with pytest.raises(SystemExit) as exit_:  # argparse's own error, as for every flag
+        run("jobs", "-o", "yaml")
+    assert exit_.value.code == 2
+
+    code, out, _ = run("describe", "j-000002")
+    assert code == 0 and "name: b" in out and "state: queued" in out
+    assert "  model: smVGG7" in out and "events (the last 1 of 1):" in out
+    code, out, _ = run("describe", "j-000002", "-o", "json")
+    got = __import__("json").loads(out)
+    assert got["job"]["id"] == "j-000002" and [e["job"] for e in got["events"]] == ["j-000002"]
+    code, _, err = run("describe", "j-000099")
+    assert (code, err) == (2, "adloader: error: no job 'j-000099'\n")
+
+    code, out, err = run("cancel", "j-000001", "j-000099", "j-000002")  # one refused
+    assert code == 2 and err == "adloader: error: no job 'j-000099'\n"
+    assert out.splitlines() == ["cancelled j-000001 (a): cancelled",
+                                "cancelled j-000002 (b): cancelled"]
+
+
+def test_result_files_are_named_with_out(run, tmp_path):
+    out = tmp_path / "r.json"
+    code, _, err = run("sim", "paper-static", "--policy", "waa", "--out", str(out))
+    assert code == 0 and "makespan_s" in out.read_text(), err
+    code, _, err = run("sim", "paper-static", "--out", str(tmp_path / "no" / "r.json"))
+    assert code == 2 and "--out" in err and "does not exist" in err

@@ -71,6 +71,7 @@ def test_the_tour_runs_as_printed(shell):
     assert "submitted j-000001 (Resnet18)" in out and "submitted j-000002 (smResnet20)" in out
     assert "trained smResnet20: 60 iterations" in out  # `logs -f` followed it to its end
     assert re.search(r"j-000002 .*finished", out)
+    assert "id: j-000002" in out and "events (the last" in out  # `describe`
     out = shell(after, timeout=600)
     link = next(line for line in out.splitlines() if "/ui#token=" in line)
     assert link.startswith(shell.env["ADLOADER_URL"] + "/ui#token=")

@@ -82,6 +82,31 @@ def test_ftf_sequences_equal_jobs_and_keeps_every_deadline():
     assert fair(jobs, 18, linear(18)) == {"j0": 6, "j1": 6, "j2": 6}  # the instant floor pins
 
 
+def saturating(capacity: int, slopes=(493.7, 407.3, -3.5)) -> np.ndarray:
+    """d/D·L(D), L the staged curve this 2-core machine measured (2026-11-26): rising to 2
+    workers, then falling 3.5 samples/s a worker — flat within its noise."""
+    whole = np.array([0.0] + [slopes[0] + slopes[1] * min(n - 1, 1) + slopes[2] * max(n - 2, 0)
+                              for n in range(1, capacity + 1)])
+    d = np.arange(capacity + 1)[None, :]
+    node = np.arange(capacity + 1)[:, None]
+    return np.where(d <= node, d / np.maximum(node, 1) * whole[:, None], 0.0)
+
+
+def test_a_node_that_loses_a_little_past_saturation_still_runs_jobs_in_turn():
+    """At ρ = 0.99 the fewest workers win (each one more costs the node 0.4 %): one each,
+    balance's ends for all. A stronger priority ends the first jobs far sooner and the last
+    still within its deadline; ftf takes the plan whose jobs end soonest in sum."""
+    table, jobs = saturating(6), [JobDemand(f"j{i}", 2_000.0, remaining=12_800.0)
+                                  for i in range(3)]
+    plan = ftf(jobs, 6, table)
+    assert sorted(plan.values()) == [1, 1, 4]
+    first = max(plan, key=plan.get)
+    order = [int(first[1])] + [i for i in range(3) if i != int(first[1])]
+    ends, _ = forward(np.full(3, 2_000.0), np.full(3, 12_800.0), table, 6, order, rho=0.5)
+    even = balance_ends(np.full(3, 2_000.0), np.full(3, 12_800.0), table, 6)
+    assert ends.sum() < 0.8 * even.sum() and ends.max() <= even.max() / 0.95
+
+
 def test_a_tight_deadline_goes_first():
     jobs = [JobDemand("short", 1e9, remaining=9_000.0, deadline=100.0),
             JobDemand("due", 1e9, remaining=18_000.0, deadline=12.0),

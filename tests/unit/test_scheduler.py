@@ -725,6 +725,27 @@ def test_a_job_slower_than_predicted_is_corrected_and_replanned(sched, clock):
     assert sched.jobs["j-000002"].rate_scale == pytest.approx(1.0)  # the other is untouched
 
 
+def test_a_job_fed_too_little_then_enough_is_corrected_at_its_first_gpu_bound_beat(sched,
+                                                                                    clock):
+    """Warm-up is a job's first seconds of steps, not its first GPU-bound ones: a job that
+    ran waiting on its loader for longer than WARMUP_S (its workers went to another job
+    first, as ``ftf`` does) is corrected as soon as its GPU stops waiting."""
+    from adloader.scheduling.correction import WARMUP_S
+
+    start(sched, clock, "j-000001", "j-000002")
+    job = sched.jobs["j-000001"]
+    step = 2 * job.batch_size / job.ceiling  # its steps take 2× the prediction
+    while job.busy_s + job.wait_s < WARMUP_S:  # loading-bound: nothing to learn μ from
+        clock.advance(2.0)
+        sched.message(peer(job.id), heartbeat(sched, job.id, step_s=step,
+                                              data_wait_s=4 * step))
+        sched.tick()
+    assert job.rate_scale == 1.0
+    clock.advance(2.0)
+    out = sched.message(peer(job.id), heartbeat(sched, job.id, step_s=step))
+    assert job.rate_scale < 0.8 and "corrected" in kinds(out)
+
+
 def test_a_heartbeat_lying_about_its_steps_moves_its_own_correction_only_within_limits(
         sched, clock):
     start(sched, clock, "j-000001", "j-000002")
