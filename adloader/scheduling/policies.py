@@ -27,7 +27,7 @@ POLICIES: dict[str, Callable[[str | None], Policy]] = {
     "optimal": Rule.factory("optimal", allocation.optimal),
     "fair": Floored.factory("fair", fair),  # α = 0.95; ``fair:α`` picks another
     "jct": Floored.factory("jct", jct, uses_lengths=True),  # min Σ predicted JCT, fair's floor
-    "ftf": FinishFair.parse,  # max Σ S_i/C_i, no job later than under balance / 0.95
+    "ftf": FinishFair.parse,  # least Σ C_i found, no job later than under balance / 0.95
 }
 
 

@@ -38,10 +38,14 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "install": {"--quick", "--json"},
     "loaders": {"--quick", "--workers", "--rounds", "--crop", "--json"},
 }
+# a result file is `--out FILE`; `--json FILE`, its first name, is the same flag
+FLAGS = {name: flags | {"--out"} if "--json" in flags else flags
+         for name, flags in FLAGS.items()}
 EVERY_FLAG = set().union(*FLAGS.values())
 VALUES = {"--profile": "paper", "--model": "tpm.json", "--seed": "3", "--cores": "8",
           "--window": "0", "--prediction-error": "0.2", "--realloc-cost": "16",
-          "--json": "out.json", "--plot": "out.png", "--jobs": "50", "--capacity": "64",
+          "--json": "out.json", "--out": "out.json", "--plot": "out.png", "--jobs": "50",
+          "--capacity": "64",
           "--mixes": "2", "--rate": "0.05", "--rounds": "3", "--iterations-scale": "0.1",
           "--crop": "112", "--workers": "2", "--policies": "balance,optimal",
           "--masters": "30", "--ranks-per-node": "2", "--max-imbalance": "1.2",
@@ -83,7 +87,8 @@ def test_each_declared_flag_parses(name):
     everything = [x for flag in sorted(FLAGS[name]) for x in _args(flag)]
     args = _parse(name, *everything)
     for flag in FLAGS[name] - {"--quick"}:
-        assert getattr(args, flag[2:].replace("-", "_")) is not None, flag
+        dest = "json" if flag == "--out" else flag[2:].replace("-", "_")
+        assert getattr(args, dest) is not None, flag
     if "--quick" in FLAGS[name]:
         assert args.quick is True
 
