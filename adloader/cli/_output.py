@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.table import Table
 
 # the console, tables, result files and plots: one implementation, shared with the simulated
@@ -15,8 +17,6 @@ __all__ = ["console", "describe", "listing", "plot", "result_line", "result_tabl
 def listing(title: str, columns: list[str], rows: list[list], *, left: int = 1) -> None:
     """A listing on standard output: a table on a terminal; piped, plain columns a line per
     row, no title, no box and no colour (what ``awk``, ``grep`` and ``cut`` expect)."""
-    import sys
-
     if sys.stdout.isatty():
         console().print(table(title, columns, rows, left=left))
         return

@@ -26,7 +26,6 @@ from . import _options, _output
 
 _SPEC_FLAGS = ("name", "model", "batch_size", "gpus", "iterations", "epochs", "workers", "cwd")
 OUTPUTS = ("table", "wide", "name", "json")
-DEFAULT_LOG_BYTES = 64 * 1024  # ``logs`` without --tail: the API's own default
 EVENTS_SHOWN = 10  # ``describe``: the job's latest events
 
 
@@ -308,18 +307,16 @@ def _logs(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise InputError(f"--tail must be >= 0, got {args.tail}")
     with _options.client(args) as client:
-        if args.tail is None:
-            text, window = None, DEFAULT_LOG_BYTES
-        else:
-            text = client.log_lines(args.job, args.tail)
-            window = len(text.encode("utf-8", "replace"))
+        text = None if args.tail is None else client.log_lines(args.job, args.tail)
+        # without --tail, the client's (and the API's) own default window
+        window = {} if text is None else {"tail": len(text.encode("utf-8", "replace"))}
         if args.follow:  # from those lines on (a line written meanwhile may be cut)
-            for chunk in client.follow_log(args.job, window):
+            for chunk in client.follow_log(args.job, **window):
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
             return 0
         if text is None:
-            text = client.log(args.job, window)
+            text = client.log(args.job)
     sys.stdout.write(text)
     if text and not text.endswith("\n"):
         sys.stdout.write("\n")
