@@ -19,9 +19,10 @@ SUPERVISOR = "ADLOADER_SUPERVISOR"  # "launcher" | "run": who reports the exit s
 CHECKPOINT_DIR = "ADLOADER_CHECKPOINT_DIR"  # where Pause checkpoints go
 RESUME = "ADLOADER_RESUME"  # a checkpoint to resume from
 MODEL = "ADLOADER_MODEL"  # the zoo model of a job that does not name one to attach()
+NAME = "ADLOADER_NAME"  # what to call the job (before the launcher's name: client.launcher_name)
 
 JOB_CONTRACT = (ENDPOINT, JOB, JOB_TOKEN, WORKERS, GPU_IDS, SUPERVISOR, CHECKPOINT_DIR, RESUME,
-                MODEL)
+                MODEL, NAME)
 
 # -- the REST client (adloader submit | jobs | cancel | ...) --------------------------
 URL = "ADLOADER_URL"  # the daemon's REST address

@@ -69,6 +69,9 @@ def _wait(predicate, timeout: float, what: str):
     raise TimeoutError(f"bench multinode: timed out waiting for {what}")
 
 
+RUN_ID = "bench-ddp"  # torchrun's --rdzv-id: TORCHELASTIC_RUN_ID, the name both parts share
+
+
 def _agents(script: Path, out: Path, port: int, endpoints: list[str | None]) -> list:
     procs = []
     for node, endpoint in enumerate(endpoints):
@@ -80,7 +83,7 @@ def _agents(script: Path, out: Path, port: int, endpoints: list[str | None]) -> 
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
              "--nproc-per-node", "2", "--node-rank", str(node), "--master-addr", "127.0.0.1",
-             "--master-port", str(port), str(script), str(out)], env=env,
+             "--master-port", str(port), "--rdzv-id", RUN_ID, str(script), str(out)], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     return procs
 
@@ -140,7 +143,9 @@ def run_two_nodes(work: Path, plain: bool = False) -> dict:
         (out / "go").touch()
         _finish(procs)
         return {"streams": _streams(out), "second_arrived_s": arrived, "t0": t0,
-                "events": [events(d) for d in daemons]}
+                "events": [events(d) for d in daemons],
+                "names": [d.http.get(f"{rest.JOBS}/ddp@{n}").json()["name"]
+                          for n, d in enumerate(daemons)]}
     finally:
         for p in [*procs, second]:
             if p is not None and p.poll() is None:

@@ -122,6 +122,22 @@ def _first_sample_shape(loader) -> tuple[int, ...]:
     return tuple(int(x) for x in shape)
 
 
+def check_drivable(loader) -> None:
+    """InputError, in one line, unless ``loader`` has what the master drives: ``resize``,
+    ``release`` and an ``on_batch`` hook (an ``ElasticDataLoader`` has them; torch's own
+    ``DataLoader`` fixes its workers when an epoch starts, so a daemon could never move them)."""
+    if loader is None:
+        return
+    missing = [name for name in ("resize", "release") if not callable(getattr(loader, name, None))]
+    if not hasattr(loader, "on_batch"):
+        missing.append("on_batch")
+    if missing:
+        kind = f"{type(loader).__module__}.{type(loader).__qualname__}"
+        raise InputError(f"attach: cannot drive a {kind} (it has no {', '.join(missing)}): build "
+                         "the loader as adloader.ElasticDataLoader(...), which takes the same "
+                         "arguments as torch.utils.data.DataLoader")
+
+
 def attach(loader=None, *, model=None, features: JobFeatures | None = None,
            sample_shape: tuple[int, ...] | None = None,
            batch_size: int | None = None, gpus: int | None = None,
@@ -150,6 +166,7 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
     how long the job runs, which the daemon's default policy plans on (a job stating neither
     puts its node on ``fair`` while it runs).
     """
+    check_drivable(loader)
     endpoint = endpoint or os.environ.get(names.ENDPOINT) or None
     job = job or os.environ.get(names.JOB) or f"{socket.gethostname()}-{os.getpid()}-" \
         f"{secrets.token_hex(3)}"  # not guessable from `ps`: nobody can register it first

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import multiprocessing
-import sys
 import threading
 import weakref
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import IterableDataset, RandomSampler
+from torch.utils.data._utils.collate import default_collate, default_convert
+from torch.utils.data.dataloader import _DatasetKind
 from torch.utils.data.datapipes.datapipe import IterDataPipe
 
 from adloader.client import stream
@@ -35,10 +35,10 @@ from adloader.client.elastic_sampler import (
     shutdown_later,
 )
 from adloader.client.epoch import BatchStats, EpochIterator
-from adloader.client.loader_args import check_arguments, check_context, check_elastic
+from adloader.client.loader_args import check_arguments, check_elastic
+from adloader.client.loader_contract import DataLoaderContract, rank_units
 from adloader.client.pool_iter import PoolLoader
-from adloader.datapath.epoch_order import source_epoch
-from adloader.datapath.sample_order import rank_order, samples_per_rank
+from adloader.datapath.sample_order import samples_per_rank
 from adloader.errors import InputError
 from adloader.limits import MAX_WORKERS
 
@@ -46,7 +46,6 @@ __all__ = ["BatchStats", "ElasticDataLoader"]
 
 HANDOVERS = ("drain", "restart", "serial")
 STATE_FIELDS = ("dataset_size", "batch_size", "world_size", "rank", "shuffle", "drop_last")
-FIXED = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 T_co = TypeVar("T_co", covariant=True)
 
 
@@ -55,7 +54,7 @@ def _draw_seed(generator) -> int:
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 
 
-class ElasticDataLoader(Generic[T_co]):
+class ElasticDataLoader(DataLoaderContract[T_co]):
     """``DataLoader`` arguments plus ``seed``/``rank``/``world_size``/``threads``; resizable live.
 
     Each ``iter(loader)`` is an independent pass over the current epoch (at the resume position
@@ -69,8 +68,6 @@ class ElasticDataLoader(Generic[T_co]):
     With ``threads`` > 0 the workers see the dataset wrapped in a ``ThreadedDataset``.
     ``epoch_order`` (with ``seed``): epoch e reads epoch ``epoch_order[e]``'s shuffle (SOLAR).
     """
-
-    __initialized = False
 
     def __init__(
         self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
@@ -96,9 +93,11 @@ class ElasticDataLoader(Generic[T_co]):
         self.dataset = dataset
         self.batch_size = None if batch_sampler is not None else batch_size
         self.shuffle = shuffle
-        self.sampler = sampler
-        self.batch_sampler = batch_sampler
-        self.collate_fn = collate_fn
+        self._sampler, self._batch_sampler = sampler, batch_sampler  # as given (or None)
+        self._views: tuple | None = None  # torch's view of them, made on first use
+        self._batched = batch_size is not None or batch_sampler is not None
+        self.collate_fn = collate_fn or (default_collate if self._batched else default_convert)
+        self._dataset_kind = _DatasetKind.Iterable if self._iterable else _DatasetKind.Map
         self.pin_memory = pin_memory
         self.pin_memory_device = pin_memory_device
         self.drop_last = drop_last if batch_sampler is None else False
@@ -115,7 +114,6 @@ class ElasticDataLoader(Generic[T_co]):
         self.handover = handover
         self.on_batch = None
         self._fetch_dataset = ThreadedDataset(dataset, threads) if threads else dataset
-        self._batched = batch_size is not None or batch_sampler is not None
         self._lock = threading.RLock()
         self._dirty = False  # a resize waits to be applied
         self._want_release = False
@@ -130,46 +128,8 @@ class ElasticDataLoader(Generic[T_co]):
         self._IterableDataset_len_called = None
         self._stream_kept = None  # a plain stream's torch loader kept for persistent workers
         self._stream_state = None  # a ShardedStream epoch's live state (shards done, open)
-        self.__initialized = True
+        self._fixed = True  # torch's settings that cannot change from here on
         self.check_worker_number_rationality()
-
-    # ---- torch's settings ------------------------------------------------------------
-    def __setattr__(self, attr: str, val) -> None:
-        if self.__initialized and attr in FIXED:
-            raise ValueError(f"{attr} attribute should not be set after "
-                             f"{self.__class__.__name__} is initialized")
-        super().__setattr__(attr, val)
-
-    @property
-    def multiprocessing_context(self):
-        return self.__context
-
-    @multiprocessing_context.setter
-    def multiprocessing_context(self, context) -> None:
-        self.__context = check_context(context, self._target)
-
-    def _context(self):
-        """The start method workers use: the user's (given here, or set globally with
-        ``multiprocessing.set_start_method``), else fork on Linux (spawn costs ~1 s)."""
-        if (self.__context is None and sys.platform.startswith("linux")
-                and multiprocessing.get_start_method(allow_none=True) is None):
-            return torch.multiprocessing.get_context("fork")
-        return self.__context
-
-    @property
-    def _auto_collation(self) -> bool:  # torch's name: batches are collated
-        return self._batched
-
-    @property
-    def _iterator(self):  # torch's name: the live iterator, if any
-        return self._active_iterator()
-
-    @_iterator.setter
-    def _iterator(self, value) -> None:
-        if value is None:
-            self._active = lambda: None
-
-    check_worker_number_rationality = DataLoader.check_worker_number_rationality
 
     # ---- public controls -------------------------------------------------------------
     @property
@@ -216,7 +176,8 @@ class ElasticDataLoader(Generic[T_co]):
         with self._lock:
             if epoch != self._epoch:
                 self._epoch, self._resume, self._resume_order = int(epoch), 0, None
-        for s in (self.sampler, getattr(self.batch_sampler, "sampler", None), self.batch_sampler):
+        given = self._sampler, getattr(self._batch_sampler, "sampler", None), self._batch_sampler
+        for s in given:
             if hasattr(s, "set_epoch"):
                 s.set_epoch(epoch)
 
@@ -261,18 +222,18 @@ class ElasticDataLoader(Generic[T_co]):
     def __len__(self) -> int:
         if self._iterable:
             return stream.length(self)
-        if self.batch_sampler is not None:
-            return len(self.batch_sampler)
-        if self.sampler is not None:
-            samples = len(self.sampler)
+        if self._batch_sampler is not None:
+            return len(self._batch_sampler)
+        if self._sampler is not None:
+            samples = len(self._sampler)
         else:
             samples = samples_per_rank(len(self.dataset), self.world_size)
         return batch_count(samples, self.batch_size, self.drop_last)
 
     def _draw_order(self) -> dict | None:
         """How this epoch's shuffle is drawn, consuming the RNG as torch's RandomSampler does."""
-        if (self.seed is not None or not self.shuffle or self.sampler is not None
-                or self.batch_sampler is not None or self.world_size > 1):
+        if (self.seed is not None or not self.shuffle or self._sampler is not None
+                or self._batch_sampler is not None or self.world_size > 1):
             return None
         if self.generator is None:
             return {"seed": _draw_seed(None)}
@@ -281,10 +242,10 @@ class ElasticDataLoader(Generic[T_co]):
 
     def plan(self, epoch: int, order: dict | None = None) -> list:
         """The batches (index lists; indices when unbatched) of ``epoch`` in order."""
-        if self.batch_sampler is not None:
-            return [list(b) for b in self.batch_sampler]
-        if self.sampler is not None:
-            units = list(self.sampler)
+        if self._batch_sampler is not None:
+            return [list(b) for b in self._batch_sampler]
+        if self._sampler is not None:
+            units = list(self._sampler)
         elif order is not None:
             n = len(self.dataset)
             if "seed" in order:
@@ -302,9 +263,7 @@ class ElasticDataLoader(Generic[T_co]):
             raise InputError("the shuffle of an ElasticDataLoader without seed= is torch's, drawn "
                              "from its RNG when the epoch starts; pass seed= to know it ahead")
         else:  # a seed, no shuffle, or ranks (which share seed 0, as DistributedSampler's)
-            units = rank_order(self.seed or 0, source_epoch(self.epoch_order, epoch),
-                               len(self.dataset), self.world_size,
-                               self.rank, self.shuffle, drop_last=False).tolist()
+            units = rank_units(self, epoch)
         return epoch_batches(units, self.batch_size, self.drop_last)
 
     def __iter__(self):

@@ -48,6 +48,7 @@ from adloader.protocol import (
 
 from .channel import Channel
 from .checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from .launcher_name import launcher_name
 from .node_ranks import NodeGroup, _dist, _rank_world, part_id, topology
 
 PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
@@ -71,7 +72,11 @@ def _stderr(line: str) -> None:
 
 
 def _job_name(features: JobFeatures) -> str:
-    """What to call a job started by hand: its script (``train.py``), else its model."""
+    """What to call a job started by hand: what its launcher calls it (``launcher_name``:
+    every node's part of one job the same), else its script (``train.py``), else its model."""
+    launched = launcher_name()
+    if launched:
+        return launched
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if script in ("", "-c", "-m", "python", "__main__.py"):
         script = ""

@@ -199,6 +199,32 @@ def test_settings_are_fixed_after_construction_and_the_class_is_generic():
     assert loader.num_workers == 1
 
 
+def test_it_is_a_torch_dataloader_whose_samplers_read_as_torchs():
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+    from torch.utils.data._utils.collate import default_collate
+    from torch.utils.data.dataloader import _DatasetKind
+
+    plain = ElasticDataLoader(Numbers(10), batch_size=3, shuffle=True)
+    assert isinstance(plain, DataLoader)
+    assert type(plain.sampler) is RandomSampler and plain.sampler is plain.sampler
+    assert type(plain.batch_sampler) is BatchSampler and plain.batch_sampler.batch_size == 3
+    assert plain.collate_fn is default_collate and plain._dataset_kind == _DatasetKind.Map
+    assert type(ElasticDataLoader(Numbers(10)).sampler) is SequentialSampler
+    assert ElasticDataLoader(Numbers(10), batch_size=None).batch_sampler is None
+    # a seed (or ranks): a RandomSampler that yields exactly what the loader reads this epoch
+    for epoch in (0, 1):
+        ranked = ElasticDataLoader(Numbers(10), batch_size=2, shuffle=True, seed=3, rank=1,
+                                   world_size=2)
+        ranked.set_epoch(epoch)
+        assert isinstance(ranked.sampler, RandomSampler) and len(ranked.sampler) == 5
+        batches = [b.tolist() for b in ranked]
+        ranked.set_epoch(epoch)
+        assert [list(b) for b in ranked.batch_sampler] == batches
+        assert list(ranked.sampler) == sum(batches, [])
+    given = torch.utils.data.SubsetRandomSampler(range(4))
+    assert ElasticDataLoader(Numbers(10), sampler=given).sampler is given
+
+
 def test_more_workers_than_cores_warns_as_torch():
     n = (os.cpu_count() or 1) + 1
     with pytest.warns(UserWarning, match=f"will create {n} worker processes"):

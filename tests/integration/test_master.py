@@ -322,6 +322,18 @@ def test_no_endpoint_logs_one_line_and_runs_plain(monkeypatch, lines):
         attach(FakeLoader(), log=lines.append)
 
 
+def test_a_loader_it_cannot_drive_is_refused_in_one_line(lines):
+    import torch.utils.data
+
+    plain = torch.utils.data.DataLoader(list(range(8)), batch_size=2, num_workers=0)
+    with pytest.raises(InputError) as raised:
+        attach(plain, log=lines.append)
+    message = str(raised.value)
+    assert "\n" not in message and "torch.utils.data.dataloader.DataLoader" in message
+    assert "resize, release, on_batch" in message and "ElasticDataLoader" in message
+    assert plain.num_workers == 0 and not hasattr(plain, "on_batch") and lines == []
+
+
 def test_unreachable_daemon_logs_one_line_after_the_timeout(tmp_path, lines, monkeypatch):
     monkeypatch.setenv("ADLOADER_ENDPOINT", f"ipc://{tmp_path}/nobody.sock")
     loader = FakeLoader(num_workers=2)

@@ -21,6 +21,8 @@ def test_each_node_governs_its_own_part_and_the_stream_is_unchanged(tmp_path):
     # each node's part registered with its own node's daemon, and only there
     assert of(node0, "attached", "ddp@0") and not of(node0, "attached", "ddp@1")
     assert of(node1, "attached", "ddp@1") and not of(node1, "attached", "ddp@0")
+    # the parts share the launcher's name for the job (torchrun's --rdzv-id), on both nodes
+    assert live["names"] == ["torchrun-bench-ddp", "torchrun-bench-ddp"]
     # node 1's daemon re-planned its part beside the second job; node 0's part kept its count
     other = of(node1, "attached", "other")[0]["id"]
     after = [e for e in of(node1, "resize", "ddp@1") if e["id"] > other]

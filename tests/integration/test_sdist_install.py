@@ -131,3 +131,27 @@ def test_the_sdist_installs_with_no_compiler_and_runs_the_python_loops(installed
             for i, (m, r) in enumerate(zip(case["mu"], case["left"], strict=True))]
     here = get_policy("ftf")(jobs, case["capacity"], np.array(case["table"]))
     assert seen["plan"] == here
+
+
+TYPED = """
+from adloader import ElasticDataLoader, attach
+reveal_type(ElasticDataLoader)
+reveal_type(attach)
+"""
+
+
+def test_the_installed_exports_are_typed_for_a_type_checker(installed):
+    """``from adloader import ...`` resolves through ``__getattr__`` at run time; a type checker
+    (mypy, on the installed package, torch itself not analysed) sees the real class and
+    function, not ``Any``."""
+    python, _, _, work = installed
+    (work / "typed.py").write_text(TYPED)
+    (work / "mypy.ini").write_text("[mypy]\nfollow_imports = silent\n"
+                                   "[mypy-torch.*]\nfollow_imports = skip\n")
+    done = run([sys.executable, "-m", "mypy", "--config-file", "mypy.ini",
+                "--python-executable", str(python), "--no-incremental", "typed.py"], cwd=work)
+    revealed = [line.split("Revealed type is ", 1)[1] for line in done.stdout.splitlines()
+                if "Revealed type is" in line]
+    assert len(revealed) == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "adloader.client.loader.ElasticDataLoader" in revealed[0]
+    assert "-> adloader.client.master.JobMaster" in revealed[1]
