@@ -134,6 +134,9 @@ class Finish(_Msg):
     iterations: Count
     exit_code: ExitCode = 0
     error: Text | None = None
+    # who asked it to stop, when not the daemon ("slurm": the SIGTERM of scancel or a time
+    # limit): the daemon records the ending as cancelled (an older one ignores it)
+    stopped_by: str | None = Field(default=None, max_length=64)
 
 
 class Exit(_Msg):

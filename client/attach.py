@@ -122,6 +122,22 @@ def _first_sample_shape(loader) -> tuple[int, ...]:
     return tuple(int(x) for x in shape)
 
 
+def _stop_on_slurm_sigterm(master: JobMaster) -> None:
+    """Under Slurm, SIGTERM is ``scancel`` (or the time limit): the job ends at its next batch
+    boundary and the daemon records it cancelled (Slurm sends SIGKILL ``KillWait`` seconds
+    later, 30 by default, if it has not). Only where SIGTERM still has its default action
+    and only from the main thread (where Python runs handlers); elsewhere SIGTERM ends the
+    process as it always did, recorded as killed by SIGTERM."""
+    import signal
+    import threading
+
+    if (not os.environ.get("SLURM_JOB_ID")
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: master.stop_requested("slurm"))
+
+
 def check_drivable(loader) -> None:
     """InputError, in one line, unless ``loader`` has what the master drives: ``resize``,
     ``release`` and an ``on_batch`` hook (an ``ElasticDataLoader`` has them; torch's own
@@ -203,6 +219,7 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
                        supervisor=os.environ.get(names.SUPERVISOR) or None,
                        data=data, on_cache=on_cache)
     _watch_exit(master)
+    _stop_on_slurm_sigterm(master)
     if data is not None and world_size == 1 and master.wait_connected(connect_timeout_s):
         master.apply_pending()  # the Allocation now, so the first workers see the cache
     if loader is not None:

@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from adloader import env as names
+
+if TYPE_CHECKING:
+    from adloader.protocol import JobFeatures
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")  # as the daemon keeps names
 
@@ -40,3 +45,15 @@ def launcher_name(environ: Mapping[str, str] | None = None) -> str | None:
 
 def _clean(name: str) -> str:
     return _UNSAFE.sub("-", name)[:64]
+
+
+def job_name(features: JobFeatures) -> str:
+    """What to call a job started by hand: what its launcher calls it (``launcher_name``:
+    every node's part of one job the same), else its script (``train.py``), else its model."""
+    launched = launcher_name()
+    if launched:
+        return launched
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if script in ("", "-c", "-m", "python", "__main__.py"):
+        script = ""
+    return (script or features.model or "job")[:64]

@@ -48,7 +48,7 @@ from adloader.protocol import (
 
 from .channel import Channel
 from .checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
-from .launcher_name import launcher_name
+from .launcher_name import job_name
 from .node_ranks import NodeGroup, _dist, _rank_world, part_id, topology
 
 PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
@@ -69,18 +69,6 @@ class JobCancelled(SystemExit):
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def _job_name(features: JobFeatures) -> str:
-    """What to call a job started by hand: what its launcher calls it (``launcher_name``:
-    every node's part of one job the same), else its script (``train.py``), else its model."""
-    launched = launcher_name()
-    if launched:
-        return launched
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    if script in ("", "-c", "-m", "python", "__main__.py"):
-        script = ""
-    return (script or features.model or "job")[:64]
 
 
 class JobMaster:
@@ -134,6 +122,7 @@ class JobMaster:
         self._exit_code = 0  # what the master saw of how the process ends
         self._error: str | None = None
         self._stop_at: float | None = None  # cancelled: the grace ends then
+        self._stopped_by: str | None = None  # its launcher asked it to stop (stop_requested)
         self._reset_interval()
         self.channel: Channel | None = None
         if self.local_rank == 0 and endpoint and features is not None:
@@ -142,7 +131,7 @@ class JobMaster:
                                 workers=min(workers, 1024), requested=requested,
                                 world_size=self.local_world,
                                 supervisor=supervisor if supervisor in SUPERVISORS else None,
-                                name=_job_name(features), data=data)
+                                name=job_name(features), data=data)
             self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
                                    connect_timeout_s=connect_timeout_s,
                                    on_silent=self._silent, on_refused=self._refused)
@@ -202,6 +191,15 @@ class JobMaster:
         os.kill(self._pid, signal.SIGTERM)
         time.sleep(grace_s)
         os.kill(self._pid, signal.SIGKILL)
+
+    def stop_requested(self, by: str) -> None:
+        """Its launcher asked the job to stop (Slurm's SIGTERM on ``scancel`` or a time
+        limit): it ends at the next batch boundary as if the daemon had cancelled it
+        (``JobCancelled``), and its Finish says who asked. Safe in a signal handler. With
+        several ranks, rank 0's request is the one broadcast, as the daemon's would be."""
+        if self._stopped_by is None:
+            self._stopped_by = by
+            self._commands.put(Stop(seq=self._applied_seq + 1, grace_s=0.0))
 
     def note_exception(self, kind: type, value: BaseException) -> None:
         """What ends the process (from the except hook): Ctrl-C, or an uncaught error."""
@@ -310,7 +308,8 @@ class JobMaster:
             return  # stale: queued while we were away, or already applied
         if isinstance(command, Stop):
             self._applied_seq = command.seq
-            self._exit_code, self._error = CANCEL_EXIT_CODE, "cancelled"
+            by = f" by {self._stopped_by}" if self._stopped_by else ""
+            self._exit_code, self._error = CANCEL_EXIT_CODE, f"cancelled{by}"
             raise JobCancelled(self.job)
         if isinstance(command, Pause):
             self._pause(command)
@@ -411,7 +410,7 @@ class JobMaster:
         if self.channel is not None:
             final = Finish(job=self.job, token=self._token, iterations=self._iteration,
                            exit_code=max(min(exit_code, 2**31 - 1), -(2**31)),
-                           error=self._error)
+                           error=self._error, stopped_by=self._stopped_by)
             self.channel.stop(final if self.channel.allocated.is_set() else None)
 
     def _at_exit(self) -> None:

@@ -13,6 +13,7 @@ samples a rank reads: the sample stream is the loader's, whatever the daemons de
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 
@@ -28,19 +29,50 @@ def _rank_world() -> tuple[int, int]:
     dist = _dist()
     if dist is not None:
         return dist.get_rank(), dist.get_world_size()
+    env = _launcher_env()
     try:
-        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        return int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1))
     except ValueError:
         return 0, 1
 
 
+def _slurm_per_node(tasks: str) -> str | None:
+    """Tasks per node from ``SLURM_TASKS_PER_NODE`` (``2(x3)``, ``4``, ``2,2``) when every
+    node has the same count, else None."""
+    counts = set()
+    for part in tasks.split(","):
+        found = re.fullmatch(r"(\d+)(?:\(x\d+\))?", part.strip())
+        if found is None:
+            return None
+        counts.add(found.group(1))
+    return counts.pop() if len(counts) == 1 else None
+
+
+def _launcher_env() -> dict[str, str]:
+    """torchrun's rank variables; where they are absent, Slurm's for a step's tasks
+    (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, the tasks per node,
+    ``SLURM_NODEID``), so that ``srun -n N`` ranks are placed as torchrun's would be."""
+    env = os.environ
+    if "RANK" in env or "LOCAL_RANK" in env or "SLURM_PROCID" not in env:
+        return dict(env)
+    per = env.get("SLURM_NTASKS_PER_NODE") or _slurm_per_node(env.get("SLURM_TASKS_PER_NODE",
+                                                                       ""))
+    out = {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": env.get("SLURM_NTASKS", "1"),
+           "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+           "GROUP_RANK": env.get("SLURM_NODEID", "0")}
+    if per:
+        out["LOCAL_WORLD_SIZE"] = per
+    return out
+
+
 def topology(rank: int, world: int) -> tuple[int, int, int, int]:
-    """(local rank, ranks on this node, node, nodes) from torchrun's variables; one node
-    holding every rank when they are absent or inconsistent."""
+    """(local rank, ranks on this node, node, nodes) from torchrun's variables (or Slurm's
+    for a step's tasks); one node holding every rank when they are absent or inconsistent."""
+    env = _launcher_env()
     try:
-        local = int(os.environ["LOCAL_RANK"])
-        per = int(os.environ["LOCAL_WORLD_SIZE"])
-        node = int(os.environ.get("GROUP_RANK", rank // max(per, 1)))
+        local = int(env["LOCAL_RANK"])
+        per = int(env["LOCAL_WORLD_SIZE"])
+        node = int(env.get("GROUP_RANK", rank // max(per, 1)))
     except (KeyError, ValueError):
         return rank, world, 0, 1
     if per < 1 or world % per or not 0 <= local < per or rank != node * per + local:

@@ -23,6 +23,8 @@ class EndingsMixin:
         """The master's last word: its workers go back now; the final state comes with the
         exit status (from the supervisor), or from this word for a job without one."""
         job.iteration = max(job.iteration, msg.iterations)
+        if msg.stopped_by and job.cancel_at is None:  # its launcher cancelled it (scancel)
+            job.cancel_at = self.clock()
         if job.supervisor is None:  # no one else will say: the master's word is final
             if msg.exit_code < 0:  # it saw the signal that ends it (Ctrl-C)
                 return self.exited(job.id, None, -msg.exit_code, msg.error)
@@ -30,8 +32,10 @@ class EndingsMixin:
         job.finish = msg
         if job.ending_since is None:
             job.ending_since = self.clock()
-        return self._release(job, "finishing", {"exit_code": msg.exit_code,
-                                                "iterations": msg.iterations})
+        data = {"exit_code": msg.exit_code, "iterations": msg.iterations}
+        if msg.stopped_by:
+            data["stopped_by"] = msg.stopped_by
+        return self._release(job, "finishing", data)
 
     def _release(self, job: LiveJob, kind: str, data: dict) -> Actions:
         was = job.workers

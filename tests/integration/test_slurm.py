@@ -1,0 +1,105 @@
+"""adloader on a Slurm node, for real: munge, slurmctld and slurmd started here (Debian's
+slurm-wlm; ``ProctrackType=proctrack/cgroup``, ``TaskPlugin=task/cgroup``), a real daemon, and
+jobs submitted through ``srun`` and ``sbatch`` as docs/slurm.md shows. What the daemon saw is
+checked: the job named by its Slurm ids, its ending, and ``scancel`` recorded as a cancel that
+came at a batch boundary. Root and the packages are needed; under CI=true a missing one fails.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from daemon_harness import Daemon, wait_for
+from slurm_cluster import SlurmCluster
+
+LOOP = """
+import os, sys, time
+from adloader import ElasticDataLoader, attach
+iterations = int(sys.argv[1])
+print("SLURM", os.environ["SLURM_JOB_ID"], os.environ["SLURM_STEP_ID"], os.getpid(), flush=True)
+loader = ElasticDataLoader(list(range(100000)), batch_size=4, num_workers=0)
+attach(loader, model="smResnet20", batch_size=4, iterations=iterations)
+for i, batch in enumerate(loader):
+    time.sleep(0.02)
+    if i + 1 == iterations:
+        break
+print("done", flush=True)
+"""
+
+
+@pytest.fixture
+def node(tmp_path):
+    """(the cluster, a daemon, the environment srun and sbatch run with)."""
+    cluster = SlurmCluster(tmp_path / "slurm").start()
+    daemon = Daemon(tmp_path / "state").start()
+    env = {**cluster.env, "ADLOADER_STATE_DIR": str(daemon.state_dir),
+           "ADLOADER_ENDPOINT": daemon.endpoint}
+    try:
+        yield cluster, daemon, env
+    finally:
+        cluster.stop()
+        daemon.stop()
+
+
+def _named(daemon, name: str) -> list[dict]:
+    return daemon.http.get("/v1/jobs", params={"name": name}).json()
+
+
+def _script(tmp_path: Path) -> Path:
+    path = tmp_path / "loop.py"
+    path.write_text(LOOP)
+    return path
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_srun_runs_a_job_the_daemon_knows_by_its_slurm_ids(node, tmp_path, tasks):
+    cluster, daemon, env = node
+    done = subprocess.run(["srun", "-N1", f"-n{tasks}", sys.executable, "-m", "adloader",
+                           "run", "--", sys.executable, str(_script(tmp_path)), "30"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+    assert done.stdout.count("done") == tasks
+    job, step = re.search(r"SLURM (\d+) (\d+)", done.stdout).groups()
+    name = f"slurm-{job}.{step}"
+    [view] = wait_for(lambda: [v for v in _named(daemon, name) if v["state"] == "finished"],
+                      30, f"{name} to be finished in the daemon")
+    assert view["exit_code"] == 0 and view["iteration"] == 30
+    # the step's tasks on this node are one job (SLURM_LOCALID 0 registered it), not one each
+    assert len(_named(daemon, name)) == 1 and len(daemon.http.get("/v1/jobs").json()) == 1
+
+
+def test_scancel_of_an_sbatch_job_ends_it_at_a_batch_boundary_recorded_cancelled(node,
+                                                                                 tmp_path):
+    cluster, daemon, env = node
+    batch = tmp_path / "train.sbatch"
+    batch.write_text("#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --output=" + str(tmp_path)
+                     + "/slurm-%j.out\n"
+                     f"srun {sys.executable} -m adloader run -- {sys.executable} "
+                     f"{_script(tmp_path)} 1000000\n")
+    submitted = subprocess.run(["sbatch", "--parsable", str(batch)], env=env, text=True,
+                               capture_output=True, timeout=60, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr + cluster.logs()
+    job = submitted.stdout.strip().split(";")[0]
+    name = f"slurm-{job}.0"  # the batch script's first srun: step 0
+    [running] = wait_for(lambda: [v for v in _named(daemon, name)
+                                  if (v["iteration"] or 0) > 10], 120,
+                         f"{name} to train under the daemon")
+    assert running["state"] == "running"
+    cancelled = subprocess.run(["scancel", job], env=env, capture_output=True, text=True,
+                               timeout=60)
+    assert cancelled.returncode == 0, cancelled.stderr
+    [view] = wait_for(lambda: [v for v in _named(daemon, name)
+                               if v["state"] not in ("running", "queued", "paused")], 60,
+                      f"{name} to end in the daemon")
+    events = daemon.events(job=view["id"])
+    assert view["state"] == "cancelled", (view, events, cluster.logs())
+    finishing = [e for e in events if e["kind"] == "finishing"]
+    assert finishing and finishing[0]["data"]["stopped_by"] == "slurm"
+    # it stopped at a batch boundary, by itself: its master's last count is the job's, and
+    # it did not wait for Slurm's SIGKILL (KillWait, 30 s)
+    assert finishing[0]["data"]["iterations"] == view["iteration"] > 10
+    assert "SIGKILL" not in str(view.get("reason"))
