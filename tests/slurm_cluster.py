@@ -13,24 +13,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from ci_rules import cannot, run
+from daemon_harness import wait_for
 
 from adloader.daemon.process import free_port
 
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _cgroup_plugin() -> str:
@@ -53,7 +43,7 @@ def start_munge() -> None:
     started = run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"])
     if started.returncode != 0:
         cannot(f"munged did not start: {started.stderr.strip()[-300:]}")
-    _wait(lambda: run(["munge", "-n"]).returncode == 0, 30, "munged to answer")
+    wait_for(lambda: run(["munge", "-n"]).returncode == 0, 30, "munged to answer")
 
 
 class SlurmCluster:
@@ -100,7 +90,7 @@ class SlurmCluster:
             self.procs.append(subprocess.Popen([daemon, "-D", "-f", str(self.conf)],
                                                env=self.env, stdout=log, stderr=log))
         try:
-            _wait(lambda: "idle" in run(["sinfo", "-h", "-o", "%t"], env=self.env).stdout,
+            wait_for(lambda: "idle" in run(["sinfo", "-h", "-o", "%t"], env=self.env).stdout,
                   90, "the node to be idle in Slurm")
         except AssertionError:
             self.stop()
