@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import PurePath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -87,6 +87,8 @@ class JobSpec(BaseModel):
         "allOf": [{"anyOf": [_given(f, t) for f, t in (("model", "string"),
                                                         ("features", "object"))]},
                   {"anyOf": [_given(f, "integer") for f in ("iterations", "epochs")]}]})
+
+    _length_required: ClassVar[bool] = True  # a submitted job states it: the daemon plans on it
 
     name: str = Field(max_length=limits.MAX_NAME, pattern=_NAME.pattern)
     command: list[Arg] = Field(min_length=1, max_length=limits.MAX_ARGS, json_schema_extra={
@@ -170,7 +172,7 @@ class JobSpec(BaseModel):
     def _complete(self) -> JobSpec:
         if self.model is None and self.features is None:
             raise ValueError("field 'model': required unless 'features' is given")
-        if self.iterations is None and self.epochs is None:
+        if self.iterations is None and self.epochs is None and self._length_required:
             raise ValueError("field 'iterations': required unless 'epochs' is given")
         size = sum(len(a) for a in self.command) + sum(len(k) + len(v) for k, v in
                                                        self.env.items())
@@ -219,6 +221,17 @@ def parse_jobspec(data: Any, origin: str = "job") -> JobSpec:
         raise InputError(f"{origin}: {describe_error(exc.errors()[0])}") from None
 
 
+class RecordedSpec(JobSpec):
+    """A job's spec as the daemon recorded it: a submitted job's, or that of a job started by
+    hand (``command`` ``["(started by hand)"]``), whose length may be unknown (``iterations``
+    and ``epochs`` both null)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, json_schema_extra={
+        "allOf": [{"anyOf": [_given(f, t) for f, t in (("model", "string"),
+                                                        ("features", "object"))]}]})
+    _length_required: ClassVar[bool] = False
+
+
 class JobView(BaseModel):
     """A job as the API shows it: its record, plus its live throughput and iteration."""
 
@@ -235,10 +248,18 @@ class JobView(BaseModel):
     submitted_at: float
     started_at: float | None = None
     finished_at: float | None = None
-    spec: JobSpec
+    spec: RecordedSpec
     throughput: float | None = None  # samples/s over the last heartbeat interval
     iteration: int | None = None
     cpu_percent: float | None = None  # a launched job's processes, workers included
+
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _recorded(cls, value: Any) -> Any:
+        """A submitted ``JobSpec`` is a recorded one as it is (it was checked when taken)."""
+        if isinstance(value, JobSpec) and not isinstance(value, RecordedSpec):
+            return RecordedSpec.model_construct(**dict(value))
+        return value
 
     @classmethod
     def from_record(cls, record: Any, throughput: float | None = None,
@@ -247,8 +268,9 @@ class JobView(BaseModel):
         """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes; its
         ``pid`` is the supervisor's) and ``pid``, the job's own process when known."""
         fields = ("id", "name", "state", "workers", "exit_code", "reason",
-                  "submitted_at", "started_at", "finished_at", "spec")  # fmt: skip
-        return cls(**{f: getattr(record, f, None) for f in fields}, throughput=throughput,
+                  "submitted_at", "started_at", "finished_at")  # fmt: skip
+        return cls(**{f: getattr(record, f, None) for f in fields}, spec=record.spec,
+                   throughput=throughput,
                    iteration=iteration, cpu_percent=cpu_percent, pid=pid,
                    supervisor_pid=getattr(record, "pid", None))  # fmt: skip
 

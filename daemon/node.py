@@ -26,7 +26,7 @@ from adloader.config import DaemonConfig
 from adloader.errors import StorageError
 from adloader.host.cpu_group import cpu_group
 from adloader.protocol import ProtocolError, Register
-from adloader.rest import JobSpec
+from adloader.rest import JobSpec, RecordedSpec
 from adloader.scheduling.throughput import ThroughputModel
 
 from .broker import Broker
@@ -335,9 +335,10 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
         import re
 
         name = re.sub(r"[^A-Za-z0-9._-]", "-", job.name or job.id)[:64] or "attached"
-        spec = JobSpec(name=name, command=["(started by hand)"], batch_size=job.batch_size,
-                       gpus=job.gpus, iterations=job.iterations,
-                       features={"flops_g": job.flops_g, "params_m": job.params_m})
+        spec = RecordedSpec(name=name, command=["(started by hand)"],  # it may state no
+                            batch_size=job.batch_size, gpus=job.gpus,  # length
+                            iterations=job.iterations,
+                            features={"flops_g": job.flops_g, "params_m": job.params_m})
         self.store.add_job(spec, job.token_digest, origin="attached", state="running",
                            job_id=job.id, supervisor=job.supervisor)
 

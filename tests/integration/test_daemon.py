@@ -237,3 +237,35 @@ def test_the_node_summary_follows_a_job_that_arrives(tmp_path):
                           ).status_code == 401
     finally:
         d.stop()
+
+
+def test_a_job_started_by_hand_that_states_no_length_is_listed_running_and_ended(daemon,
+                                                                                  tmp_path):
+    """A Register may leave the length out (a submitted spec may not): its record is still
+    kept and listed (it was lost from the listings, and the listing answered 500 while it ran)."""
+    import subprocess
+    import sys
+
+    from daemon_harness import script
+
+    cmd = script(tmp_path, "no_length.py", "\n".join([
+        "import time",
+        "from adloader import ElasticDataLoader, attach",
+        "loader = ElasticDataLoader(list(range(1000)), batch_size=4)",
+        "attach(loader, model='smResnet20')",
+        "for i, batch in enumerate(loader):",
+        "    time.sleep(0.05)",
+        "    if i == 60:",
+        "        break"]))
+    env = dict(os.environ, ADLOADER_STATE_DIR=str(daemon.state_dir))
+    proc = subprocess.Popen([sys.executable, "-m", "adloader", "run", "--", *cmd], env=env)
+    try:
+        listed = wait_for(lambda: [j for j in daemon.http.get("/v1/jobs").json()
+                                   if j["name"] == "no_length.py"], 60, "the job to be listed")
+        assert listed[0]["spec"]["iterations"] is None and listed[0]["state"] == "running"
+        assert daemon.http.get(f"/v1/jobs/{listed[0]['id']}").status_code == 200
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+    wait_for(lambda: daemon.job(listed[0]["id"])["state"] == "finished", 30, "it to end")
+    assert [j["state"] for j in daemon.http.get("/v1/jobs").json()] == ["finished"]

@@ -11,6 +11,7 @@ runs in its own process (as users run them), a script written here.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -36,12 +37,39 @@ def _last_json(out: str):
     return json.loads([line for line in out.splitlines() if line.startswith(("[", "{"))][-1])
 
 
-@pytest.mark.parametrize("recipe", range(3), ids=["lightning", "accelerate", "transformers"])
+FRAMEWORKS = ("lightning", "accelerate", "transformers")
+
+
+@pytest.mark.parametrize("recipe", range(3), ids=FRAMEWORKS)
 def test_the_recipes_in_docs_run_as_printed(tmp_path, recipe):
     assert len(RECIPES) == 3, "docs/frameworks.md: one recipe a framework"
-    framework = ("lightning", "accelerate", "transformers")[recipe]
+    framework = FRAMEWORKS[recipe]
     out = _run(tmp_path, f"recipe_{framework}.py", RECIPES[recipe])
     assert f"{framework}: 32 steps" in out  # 512 samples / 32 a batch × 2 epochs
+
+
+@pytest.mark.parametrize("recipe", range(3), ids=FRAMEWORKS)
+def test_the_recipes_attach_under_a_daemon(tmp_path, recipe):
+    """Each recipe as printed, under ``adloader run`` beside a real daemon: the job registers
+    (its features counted on the recipe's model), trains, and ends finished."""
+    framework = FRAMEWORKS[recipe]
+    script = tmp_path / f"recipe_{framework}.py"
+    script.write_text(RECIPES[recipe])
+    daemon = Daemon(tmp_path / "state").start()
+    try:
+        env = {**os.environ, "ADLOADER_STATE_DIR": str(daemon.state_dir),
+               "ADLOADER_ENDPOINT": daemon.endpoint}
+        done = subprocess.run([sys.executable, "-m", "adloader", "run", "--", sys.executable,
+                               str(script)], env=env, cwd=tmp_path, text=True,
+                              capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert f"{framework}: 32 steps" in done.stdout
+        [job] = wait_for(lambda: [j for j in daemon.http.get("/v1/jobs").json()
+                                  if j["state"] == "finished"], 30, "the job to be finished")
+        assert job["name"] == script.name and job["iteration"] == 32
+        assert [e for e in daemon.events("attached") if e["job"] == job["id"]]
+    finally:
+        daemon.stop()
 
 
 LIGHTNING = """

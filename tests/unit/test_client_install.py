@@ -68,6 +68,8 @@ sys.meta_path.insert(0, Absent())
 import adloader.client, adloader.models
 for pkg in (adloader.client, adloader.models):
     for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
+        if info.name == "adloader.client.hf_trainer":
+            continue  # the Hugging Face Trainer's: transformers brings its own httpx
         importlib.import_module(info.name)
 from adloader.cli import main
 sys.exit(main(["run", "--", sys.executable, "-c", "pass"]))

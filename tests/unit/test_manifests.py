@@ -49,7 +49,30 @@ def test_the_daemonsets_config_is_settings_the_daemon_takes_and_resizes_cpu_in_p
     pod = docs["DaemonSet"]["spec"]["template"]["spec"]
     daemon = pod["containers"][0]
     assert {"resourceName": "cpu", "restartPolicy": "NotRequired"} in daemon["resizePolicy"]
-    assert daemon["resources"]["limits"]["cpu"]  # its capacity: the cgroup's quota
+    # sized for the daemon itself; the node's loading workers are not its own CPU limit
+    assert "cpu" not in daemon["resources"]["limits"]
+    assert _cores(daemon["resources"]["requests"]["cpu"]) <= 0.5
+    env = {e["name"]: e.get("value") for e in daemon["env"]}
+    assert config_from({}, environ={"ADLOADER_CAPACITY": env["ADLOADER_CAPACITY"]}
+                       ).capacity == 0  # 0: the node's CPUs (no quota to cut them)
+    # lands on tainted GPU nodes, and is watched from its start
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+        pod["tolerations"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "127.0.0.1:7070/healthz" in " ".join(daemon[probe]["exec"]["command"])
+
+
+def _cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def test_a_training_pods_shared_memory_is_memory_backed_past_the_64_mib_default():
+    pod = _docs(DEPLOY / "training-job.yaml")[0]["spec"]["template"]["spec"]
+    [shm] = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    assert shm["emptyDir"]["medium"] == "Memory"
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/dev/shm"] == "dshm"
 
 
 def test_a_training_pod_reaches_its_nodes_socket_under_its_own_name():
