@@ -96,7 +96,8 @@ class ElasticDataLoader(DataLoaderContract[T_co]):
         self._sampler, self._batch_sampler = sampler, batch_sampler  # as given (or None)
         self._views: tuple | None = None  # torch's view of them, made on first use
         self._batched = batch_size is not None or batch_sampler is not None
-        self.collate_fn = collate_fn or (default_collate if self._batched else default_convert)
+        self.collate_fn = collate_fn if collate_fn is not None else (
+            default_collate if self._batched else default_convert)
         self._dataset_kind = _DatasetKind.Iterable if self._iterable else _DatasetKind.Map
         self.pin_memory = pin_memory
         self.pin_memory_device = pin_memory_device

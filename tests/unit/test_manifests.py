@@ -81,6 +81,9 @@ def test_a_training_pod_reaches_its_nodes_socket_under_its_own_name():
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["ADLOADER_JOB"]["value"] == "$(POD_NAME)@$(NODE_NAME)"
+    # named by its owner, the Job (the label Kubernetes puts on a Job's pods)
+    assert env["ADLOADER_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.labels['batch.kubernetes.io/job-name']"
     assert env["ADLOADER_ENDPOINT"]["value"] == "ipc:///run/adloader/control.sock"
     assert 10001 in pod["securityContext"]["supplementalGroups"]
     assert pod["volumes"][0]["hostPath"]["path"] == "/run/adloader"
