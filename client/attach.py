@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -128,9 +130,6 @@ def _stop_on_slurm_sigterm(master: JobMaster) -> None:
     later, 30 by default, if it has not). Only where SIGTERM still has its default action
     and only from the main thread (where Python runs handlers); elsewhere SIGTERM ends the
     process as it always did, recorded as killed by SIGTERM."""
-    import signal
-    import threading
-
     if (not os.environ.get("SLURM_JOB_ID")
             or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):

@@ -89,11 +89,11 @@ class ElasticTrainer(Trainer):
             drop_last=args.dataloader_drop_last,
             persistent_workers=args.dataloader_persistent_workers and workers > 0,
             prefetch_factor=args.dataloader_prefetch_factor if workers > 0 else None)
-        if self._resume_from is not None and _state_file(self._resume_from,
-                                                         loader.rank).exists():
-            loader.load_state_dict(json.loads(
-                _state_file(self._resume_from, loader.rank).read_text()))
-            args.ignore_data_skip = True  # the loader resumes itself: no fast-forward
+        if self._resume_from is not None:
+            saved = _state_file(self._resume_from, loader.rank)
+            if saved.exists():
+                loader.load_state_dict(json.loads(saved.read_text()))
+                args.ignore_data_skip = True  # the loader resumes itself: no fast-forward
         if self.elastic_loader is None and os.environ.get(names.ENDPOINT):
             self.master = attach(loader, **{"model": self.model, **self._attach})
         self.elastic_loader = loader

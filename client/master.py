@@ -36,7 +36,6 @@ from adloader.protocol import (
     Allocation,
     DataSpec,
     Finish,
-    Heartbeat,
     JobFeatures,
     Pause,
     Paused,
@@ -49,6 +48,7 @@ from adloader.protocol import (
 from .channel import Channel
 from .checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
 from .launcher_name import job_name
+from .master_channel import ChannelCallbacks
 from .node_ranks import NodeGroup, _dist, _rank_world, part_id, topology
 
 PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
@@ -71,7 +71,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class JobMaster:
+class JobMaster(ChannelCallbacks):
     """One job's application master; built by ``attach``."""
 
     def __init__(
@@ -173,25 +173,7 @@ class JobMaster:
         self.channel.settled.wait(timeout_s)
         return self.connected
 
-    # -- the channel thread's callbacks -------------------------------------------------
-    def _receive(self, command) -> None:
-        if command.seq <= self._applied_seq:
-            return
-        self._commands.put(command)
-        if isinstance(command, Stop) and self._stop_at is None:
-            self._stop_at = time.monotonic() + command.grace_s
-            watchdog = threading.Thread(target=self._end_after_grace, args=(command.grace_s,),
-                                        name="adloader-cancel", daemon=True)
-            watchdog.start()
-
-    def _end_after_grace(self, grace_s: float) -> None:
-        """A cancelled job that has not stopped by itself: SIGTERM, then SIGKILL."""
-        time.sleep(grace_s)
-        self._log(f"adloader: job {self.job!r} was cancelled and has not stopped; ending it")
-        os.kill(self._pid, signal.SIGTERM)
-        time.sleep(grace_s)
-        os.kill(self._pid, signal.SIGKILL)
-
+    # -- what the script and its launcher call ------------------------------------------
     def stop_requested(self, by: str) -> None:
         """Its launcher asked the job to stop (Slurm's SIGTERM on ``scancel`` or a time
         limit): it ends at the next batch boundary as if the daemon had cancelled it
@@ -208,36 +190,6 @@ class JobMaster:
         elif not issubclass(kind, SystemExit):
             self._exit_code = 1
             self._error = f"{kind.__name__}: {value}"[:1000]
-
-    def _silent(self) -> None:
-        self._log(f"adloader: no daemon at {self.endpoint}; running with {self._workers} workers")
-
-    def _refused(self, reason: str) -> None:
-        self._log(f"adloader: daemon refused job {self.job!r}: {reason}; "
-                  f"running with {self._workers} workers")
-
-    def _reset_interval(self) -> None:
-        self._count = 0
-        self._steps = 0  # boundaries with a measured step (the first of an epoch has none)
-        self._step_sum = 0.0
-        self._wait_sum = 0.0
-        self._samples = 0
-        self._since = time.monotonic()
-
-    def _heartbeat(self) -> Heartbeat:
-        """Means over the interval since the last heartbeat (rank 0's own numbers)."""
-        with self._lock:
-            elapsed = time.monotonic() - self._since
-            count = self._count
-            beat = Heartbeat(
-                job=self.job, token=self._token, iteration=self._iteration,
-                step_s=self._step_sum / self._steps if self._steps else 0.0,
-                data_wait_s=self._wait_sum / count if count else 0.0,
-                samples_per_s=self._samples / elapsed if elapsed > 0 else 0.0,
-                workers=self._workers, applied_seq=max(self._applied_seq, 0),
-            )
-            self._reset_interval()
-        return beat
 
     # -- the consumer's thread ----------------------------------------------------------
     def cpu_s(self) -> float:
