@@ -8,7 +8,9 @@ in memory, written through, so reading them costs no query; the history is read 
 file (``daemon.history``) and pruned (``daemon.retention``); the TPM's samples and models
 are ``daemon.store_tpm``'s. Tokens are never stored, only their keyed digests
 (``daemon.tokens``). Anything SQLite reports — a damaged file, a full disk — becomes a
-StorageError that names the file and what to do.
+StorageError that names the file and what to do. An older schema is migrated only after the
+file is backed up beside it, and a newer one is refused naming that backup
+(``daemon.store_backup``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from adloader.errors import StorageError
 from adloader.rest import JOB_STATES, JobSpec
 
-from . import store_identity
+from . import store_backup, store_identity
 from .history import HistoryMixin
 from .job_record import JOB_COLUMNS, JobRecord, record_of
 from .live import TERMINAL
@@ -92,15 +94,15 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StorageError(f"{self.path}: state database has schema version {version}, "
-                                   f"newer than this adloader's {SCHEMA_VERSION}")  # fmt: skip
+            if version > SCHEMA_VERSION:  # a rolled-back daemon: the backup named, if any
+                raise StorageError(store_backup.newer_than_code(self.path, version,
+                                                                SCHEMA_VERSION))
             check = self._db.execute("PRAGMA quick_check(1)").fetchone()[0]
             if check != "ok":
                 raise sqlite3.DatabaseError(check)
             with self._lock:
-                if version == 1:
-                    self._migrate_v1()
+                if 0 < version < SCHEMA_VERSION:
+                    self._migrate(version)
                 self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
                 columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
                 if "iteration" not in columns:  # added within schema 2: older daemons ignore it
@@ -130,11 +132,18 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
             raise StorageError(f"{self.path}: cannot read the state database's file: "
                                f"{exc.strerror}") from None
 
-    def _migrate_v1(self) -> None:
-        """Schema 1 kept tokens in clear: keep their digests instead."""
-        if self._digest is None:
+    def _migrate(self, version: int) -> None:
+        """From schema ``version`` to this one, after a whole backup beside the file
+        (``store_backup``) or not at all; a step sets the version it reaches in its own
+        transaction, so a crash leaves the store at one version or the next."""
+        if version == 1 and self._digest is None:
             raise StorageError(f"{self.path}: schema 1 holds clear tokens; open it with the "
                                "daemon's token key to migrate it")
+        store_backup.before_migration(self._db, self.path, version, SCHEMA_VERSION)
+        self._migrate_v1()
+
+    def _migrate_v1(self) -> None:
+        """Schema 1 kept tokens in clear: keep their digests instead."""
         self._db.execute("BEGIN IMMEDIATE")
         self._db.execute("ALTER TABLE jobs RENAME COLUMN token TO token_digest")
         self._db.execute("ALTER TABLE jobs ADD COLUMN supervisor TEXT")
@@ -142,6 +151,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         for job_id, token in self._db.execute("SELECT id, token_digest FROM jobs").fetchall():
             self._db.execute("UPDATE jobs SET token_digest = ? WHERE id = ?",
                              (self._digest(token), job_id))
+        self._db.execute("PRAGMA user_version=2")
         self._db.execute("COMMIT")
 
     # -- plumbing ----------------------------------------------------------------------

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import shutil
 import sqlite3
 import threading
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -140,26 +144,137 @@ def test_newer_schema_is_refused(tmp_path):
         Store(path)
 
 
-def test_a_version_1_database_keeps_digests_not_tokens(tmp_path):
-    path = tmp_path / "v1.db"
+def _v1_store(path, job_id="j-000001", token="clear-token"):
+    """A store as schema 1 wrote it: tokens in clear, no supervisor nor reason."""
     db = sqlite3.connect(path)
     db.executescript("""
-        CREATE TABLE jobs (id TEXT PRIMARY KEY, name TEXT NOT NULL, spec TEXT NOT NULL,
-            state TEXT NOT NULL, token TEXT NOT NULL, workers INTEGER, pid INTEGER,
-            exit_code INTEGER, submitted_at REAL NOT NULL, started_at REAL, finished_at REAL,
-            log_path TEXT, origin TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, name TEXT NOT NULL,
+            spec TEXT NOT NULL, state TEXT NOT NULL, token TEXT NOT NULL, workers INTEGER,
+            pid INTEGER, exit_code INTEGER, submitted_at REAL NOT NULL, started_at REAL,
+            finished_at REAL, log_path TEXT, origin TEXT NOT NULL);
         PRAGMA user_version=1;""")
-    db.execute("INSERT INTO jobs (id, name, spec, state, token, submitted_at, origin) VALUES "
-               "('j-000001', 'r18', ?, 'running', 'clear-token', 1.0, 'rest')",
-               (SPEC.model_dump_json(),))
-    db.commit()
+    _v1_job(db, job_id, token)
     db.close()
+
+
+def _v1_job(db, job_id, token):
+    db.execute("INSERT INTO jobs (id, name, spec, state, token, submitted_at, origin) VALUES "
+               "(?, 'r18', ?, 'running', ?, 1.0, 'rest')", (job_id, SPEC.model_dump_json(),
+                                                           token))  # fmt: skip
+    db.commit()
+
+
+def test_a_version_1_database_keeps_digests_not_tokens(tmp_path):
+    path = tmp_path / "v1.db"
+    _v1_store(path)
     with pytest.raises(StorageError, match="clear tokens"):
         Store(path)
     with Store(path, digest=lambda t: "d:" + t[::-1]) as store:
         assert store.get_job("j-000001").token_digest == "d:nekot-raelc"
     assert b"clear-token" not in path.read_bytes()  # closed: the WAL is checkpointed
 
+
+
+def _digest(token):
+    return "d:" + token[::-1]
+
+
+def _rows(path):
+    with closing(sqlite3.connect(path)) as db:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        return version, db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+
+
+def test_a_migration_backs_the_store_up_first_its_wal_included(tmp_path, caplog):
+    path = tmp_path / "adloader.db"
+    _v1_store(path)
+    wal = sqlite3.connect(path)  # held open: j-000002 is in the WAL only, not in the file
+    wal.execute("PRAGMA journal_mode=WAL")
+    _v1_job(wal, "j-000002", "second-token")
+    assert Path(f"{path}-wal").stat().st_size > 0 and b"second-token" not in path.read_bytes()
+    before = _rows(path)
+    assert [row[0] for row in before[1]] == ["j-000001", "j-000002"]
+    with caplog.at_level(logging.INFO, logger="adloader.daemon"), \
+            Store(path, digest=_digest) as store:
+        assert store.get_job("j-000002").token_digest == "d:nekot-dnoces"
+    wal.close()
+    backup = tmp_path / "adloader.db.schema1.bak"
+    assert _rows(backup) == before  # opens, at schema 1, the same rows (the WAL's included)
+    assert not Path(f"{backup}-wal").exists()  # one file
+    assert backup.stat().st_mode & 0o077 == 0  # clear tokens: the daemon's user's alone
+    assert not backup.with_name(backup.name + ".partial").exists()
+    assert [r.getMessage() for r in caplog.records if str(backup) in r.getMessage()]
+    assert _rows(path)[0] == 2
+
+
+def test_a_backup_in_place_is_never_overwritten(tmp_path, caplog):
+    path = tmp_path / "adloader.db"
+    backup = tmp_path / "adloader.db.schema1.bak"
+    _v1_store(path)
+    Store(path, digest=_digest).close()
+    kept = backup.read_bytes(), backup.stat().st_mtime_ns
+    Store(path, digest=_digest).close()  # already at schema 2: nothing to back up
+    assert (backup.read_bytes(), backup.stat().st_mtime_ns) == kept
+    for f in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):  # a schema 1 store again,
+        f.unlink(missing_ok=True)  # as one that crashed before its migration committed is
+    _v1_store(path, "j-000009", "other-token")
+    with caplog.at_level(logging.INFO, logger="adloader.daemon"), \
+            Store(path, digest=_digest) as store:
+        assert store.get_job("j-000009").token_digest == "d:nekot-rehto"
+    assert (backup.read_bytes(), backup.stat().st_mtime_ns) == kept
+    assert [row[0] for row in _rows(backup)[1]] == ["j-000001"]
+    assert any("is kept" in r.getMessage() and str(backup) in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_store_that_cannot_be_backed_up_is_not_migrated(tmp_path):
+    path = tmp_path / "adloader.db"
+    _v1_store(path)
+    before = _rows(path)
+    blocker = tmp_path / "adloader.db.schema1.bak"
+    blocker.mkdir()  # the backup cannot be written there, not even by root
+    with pytest.raises(StorageError) as refused:
+        Store(path, digest=_digest)
+    message = str(refused.value)
+    assert "not migrated from schema 1 to 2" in message and str(blocker) in message
+    assert "Is a directory" in message and "\n" not in message
+    assert _rows(path) == before  # schema 1, tokens in clear, untouched
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["adloader.db", blocker.name]
+    blocker.rmdir()
+    with Store(path, digest=_digest) as store:  # the way cleared: backed up, then migrated
+        assert store.get_job("j-000001").token_digest == "d:nekot-raelc"
+    assert _rows(blocker) == before
+
+
+def test_a_rolled_back_daemon_is_told_in_one_line_how_to_go_back(tmp_path):
+    path = tmp_path / "adloader.db"
+    with Store(path) as store:
+        job = store.add_job(SPEC, "d")
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA user_version=3")  # a newer release migrated it, no backup made
+        db.commit()
+    with pytest.raises(StorageError) as refused:
+        Store(path)
+    message = str(refused.value)
+    assert "schema version 3, newer than this adloader's 2" in message
+    assert "no backup adloader.db.schema2.bak" in message and "\n" not in message
+    backup = tmp_path / "adloader.db.schema2.bak"
+    with closing(sqlite3.connect(path)) as db, closing(sqlite3.connect(backup)) as copy:
+        db.execute("PRAGMA user_version=2")
+        db.commit()
+        db.backup(copy)  # the backup that newer release makes before migrating
+        db.execute("PRAGMA user_version=3")
+        db.commit()
+    with pytest.raises(StorageError) as refused:
+        Store(path)
+    message = str(refused.value)
+    assert "\n" not in message and "schema version 3" in message
+    assert f"move {path} and its -wal and -shm files aside, copy {backup} to {path}" in message
+    assert "lost from the history" in message
+    path.rename(tmp_path / "newer.db")  # the steps it names: the store opens again
+    shutil.copy(backup, path)
+    with Store(path) as store:
+        assert store.get_job(job).name == "r18"
 
 def test_garbage_in_the_middle_is_a_clear_error_that_says_what_to_do(tmp_path):
     path = tmp_path / "s.db"
