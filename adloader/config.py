@@ -38,6 +38,7 @@ class DaemonConfig:
     token_file: str = ""  # bearer token file ("" = STATE_DIR/token)
     metrics_token_file: str = ""  # read-only token for GET /metrics ("" = STATE_DIR/metrics.token)
     metrics_on_loopback: bool = False  # serve /metrics without a token to 127.0.0.1 / ::1
+    metrics_listen: str = ""  # HOST:PORT of a listener serving GET /metrics alone ("" = none)
     node_cache_mb: int = 0  # node cache shared by the jobs that read one dataset (0 = none)
     cpu_shares: str = ""  # cgroup parent of the jobs' CPU groups ("" = no groups)
     retain_days: float = 7.0  # ended jobs, their events and logs are kept this long ...
@@ -103,10 +104,23 @@ def config_from(data: dict | None = None, environ=None, origin: str = "config") 
     return validate(replace(DaemonConfig(), **values))
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets: ``[::]:9464``) as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InputError(f"setting 'metrics_listen' must be HOST:PORT (e.g. 0.0.0.0:9464, "
+                         f"[::]:9464), got {text!r}")
+    return host, int(port)
+
+
 def validate(cfg: DaemonConfig) -> DaemonConfig:
     """The settings' ranges, whatever set them (file, environment or command line)."""
     if cfg.port < 0 or cfg.port > 65535:
         raise InputError(f"setting 'port' must be 0..65535, got {cfg.port}")
+    if cfg.metrics_listen:
+        listen_address(cfg.metrics_listen)
     from adloader.scheduling.policies import get_policy
 
     get_policy(cfg.policy)  # an unknown name stops here, not in the scheduling loop

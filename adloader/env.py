@@ -3,7 +3,8 @@
 Three families, never sharing a name: the *job contract* (what the daemon's launcher or
 ``adloader run`` hands a job, read by ``adloader.client.attach``), the *REST client*
 (what ``adloader jobs`` and friends read), and the *daemon settings* (``ADLOADER_`` + a
-setting's name in upper case, e.g. ``ADLOADER_PORT``; see ``adloader.config``). A job's
+setting's name in upper case, e.g. ``ADLOADER_PORT``; see ``adloader.config``); besides
+them, what the downward API tells a daemon about its pod (``ADLOADER_POD_IP``). A job's
 control token and the REST bearer token are different secrets with different names.
 """
 
@@ -36,6 +37,11 @@ STEP_SCALE = "ADLOADER_STEP_SCALE"
 DATA = "ADLOADER_DATA"
 GPU_LOCK_DIR = "ADLOADER_GPU_LOCK_DIR"  # where emulated GPUs' lock files live
 CGROUP_ROOT = "ADLOADER_CGROUP_ROOT"  # a cgroup tree laid out elsewhere (tests; host/cgroup)
+
+# -- the daemon's pod (Kubernetes' downward API: status.podIP, status.hostIP) -----------
+# equal: the pod uses its node's network, and the metrics listener stays on loopback
+POD_IP = "ADLOADER_POD_IP"
+HOST_IP = "ADLOADER_HOST_IP"
 
 SETTING_PREFIX = "ADLOADER_"  # + a daemon setting's name, e.g. ADLOADER_PORT
 

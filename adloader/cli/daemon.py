@@ -9,15 +9,16 @@ import signal
 import socket
 import threading
 
-from adloader.config import DaemonConfig, validate
+from adloader.config import DaemonConfig, listen_address, validate
 from adloader.daemon.settings import ensure_token, is_loopback, load_config
 from adloader.errors import DaemonBusy, InputError
 
 from . import _options
 
 
-def _serve_socket(host: str, port: int) -> socket.socket:
-    """The REST socket, bound before anything else is touched (DaemonBusy if taken)."""
+def _serve_socket(host: str, port: int, flag: str = "--port") -> socket.socket:
+    """A listening socket (REST's, the metrics listener's), bound before anything else is
+    touched (DaemonBusy if taken: ``flag`` says which setting to change)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -29,7 +30,7 @@ def _serve_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise DaemonBusy(f"cannot listen on {host}:{port}: {exc.strerror} (another daemon "
-                         "there? give --port)") from None
+                         f"there? give {flag})") from None
     sock.listen(2048)
     sock.set_inheritable(False)
     return sock
@@ -45,7 +46,7 @@ def _daemon(args) -> int:
         return _detach(args)
     import uvicorn
 
-    from adloader.daemon import logs
+    from adloader.daemon import logs, metrics_listener
     from adloader.daemon.api import create_app
     from adloader.daemon.node import Node
     from adloader.daemon.state_lock import StateLock
@@ -56,15 +57,19 @@ def _daemon(args) -> int:
     if not is_loopback(config.host) and not config.token_path.exists():
         raise InputError(f"refusing to listen on {config.host} (not loopback) without a token "
                          f"provisioned beforehand in {config.token_path}")
+    metrics_listener.check(config)  # not on a host-network pod; off loopback, a token given
     os.umask(0o077)  # the state dir's files: the daemon's user's alone
     lock = StateLock(config.state_path)
     lock.acquire(f"http://{config.host}:{config.port}", config.control_endpoint)
     try:
         rest = _serve_socket(config.host, config.port)
+        scrape = (_serve_socket(*listen_address(config.metrics_listen), "--metrics-listen")
+                  if config.metrics_listen else None)
         token, _ = ensure_token(config.token_path)
-        metrics_token, _ = ensure_token(config.metrics_token_path)
+        metrics_token, _ = ensure_token(config.metrics_token_path, group_may_read=True)
         logs.configure(args.log_level, args.log_format)
         node = Node(config)
+        listener = None
         try:
             node.start()
             port = rest.getsockname()[1]
@@ -74,6 +79,13 @@ def _daemon(args) -> int:
                      f"{config.token_path}), control {config.control_endpoint}, "
                      f"{node.capacity} workers, {gpus}, policy {config.policy}",
                      args.log_format)
+            if scrape is not None:  # GET /metrics alone, the read-only token alone
+                listener = metrics_listener.MetricsListener(
+                    scrape, metrics_listener.MetricsApp(node.metrics, metrics_token)).start()
+                at_host, at_port = scrape.getsockname()[:2]
+                logs.say(f"adloader daemon: metrics http://{_url_host(at_host)}:{at_port}/metrics "
+                         f"(the read-only token in {config.metrics_token_path})",
+                         args.log_format)
             app = create_app(node, token, metrics_token, config.metrics_on_loopback)
             server = _Server(uvicorn.Config(app, log_level="warning", log_config=None))
 
@@ -85,11 +97,17 @@ def _daemon(args) -> int:
             server.run(sockets=[rest])
             notifier.stopping()
         finally:
+            if listener is not None:
+                listener.stop()
             node.stop()
     finally:
         lock.release()
     logs.say("adloader daemon: stopped; running jobs keep training", args.log_format)
     return 0
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _settings(args):
@@ -258,6 +276,9 @@ SETTINGS = {
     "--retain-jobs": ("retain_jobs", int, "ended jobs kept at most, the oldest pruned first "
                       "(default 10000)"),
     "--retain-events": ("retain_events", int, "events kept at most (default 200000)"),
+    "--metrics-listen": ("metrics_listen", str, "HOST:PORT serving GET /metrics alone, with the "
+                         "read-only metrics token alone (e.g. 0.0.0.0:9464 on a pod's own "
+                         "network; refused on a host-network pod)"),
 }
 FLAGS = {"--config": "config", **{flag: dest for flag, (dest, *_) in SETTINGS.items()}}
 

@@ -124,3 +124,24 @@ def jct_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     first = min(groups)
     return {"mean_jct": total / len(sim.jobs), "makespan": span - first, "ends": ends,
             "groups": len(parts), "peak_loading": peak}
+
+
+def whole_trace_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                      base: SimConfig | None = None, slot_s: float = 4.0,
+                      time_limit_s: float = 600.0, peak: float | None = None) -> dict:
+    """A floor under the mean JCT of every schedule of ``trace``, its arrivals included: the
+    time-indexed program of ``schedule_mip.least_total_completion`` on the same node as
+    ``jct_floor`` (the peak loading, each job's true GPU seconds a sample, any placement);
+    tighter than ``jct_floor``'s sum of groups where a group's jobs run into the next
+    arrival, looser by at most the program's slots inside one."""
+    from adloader.scheduling.schedule_mip import least_total_completion
+
+    sim = Simulator(trace, profile, model, base or SimConfig())
+    jobs = sim.jobs
+    out = least_total_completion([j.spec.iterations * j.spec.batch_size for j in jobs],
+                                 [j.spec.arrival_s for j in jobs], peak or peak_loading(profile),
+                                 [j.step_s / j.spec.batch_size for j in jobs],
+                                 [j.spec.gpus for j in jobs], sim.gpus, slot_s=slot_s,
+                                 time_limit_s=time_limit_s)
+    out["ends"] = {j.name: c for j, c in zip(jobs, out["ends"], strict=True)}
+    return out

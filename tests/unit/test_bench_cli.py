@@ -14,11 +14,11 @@ SIM = {"--profile", "--model", "--seed", "--cores", "--window", "--prediction-er
 OUT = {"--json", "--plot"}
 FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing else
     "static": SIM | OUT,
-    "dynamic": SIM | OUT,
+    "dynamic": SIM | OUT | {"--floor-slot"},
     "tpm": {"--profile", "--model", "--seed", "--cores", "--realloc-cost"},
     "allocation": {"--jobs", "--capacity", "--json"},
     "mixes": SIM | {"--jobs", "--mixes", "--rate", "--json"},
-    "declared": {"--profile", "--seed", "--truth", "--mixes", "--json"},
+    "declared": {"--profile", "--seed", "--truth", "--floor-slot", "--mixes", "--json"},
     "live": {"--quick", "--rounds", "--iterations-scale", "--crop", "--workers", "--policies",
              "--baselines", "--report"}
     | OUT,
@@ -49,7 +49,8 @@ VALUES = {"--profile": "paper", "--model": "tpm.json", "--seed": "3", "--cores":
           "--mixes": "2", "--rate": "0.05", "--rounds": "3", "--iterations-scale": "0.1",
           "--crop": "112", "--workers": "2", "--policies": "balance,optimal",
           "--masters": "30", "--ranks-per-node": "2", "--max-imbalance": "1.2",
-          "--baselines": "even,autotune", "--truth": "published", "--report": "kit"}
+          "--baselines": "even,autotune", "--truth": "published", "--report": "kit",
+          "--floor-slot": "4"}
 
 
 def _parse(*argv: str) -> argparse.Namespace:
