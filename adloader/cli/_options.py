@@ -79,6 +79,17 @@ def sim_options(parser: argparse.ArgumentParser, only: tuple[str, ...] = SIM_FLA
             parser.add_argument(flag, **flags[flag])
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds must be > 0, got {text!r}")
+    return value
+
+
 def counts(text: str) -> tuple[int, ...]:
     """An argparse type: ``N`` or ``N,M,...`` (worker counts, each >= 0)."""
     try:

@@ -112,7 +112,7 @@ QUICK = _flag("--quick", action="store_true", help="small settings (seconds)")
 JSON = _options.json_option
 JSON_PLOT = _options.output_options  # --json, --plot
 SIM = _options.sim_options  # the simulated node: --profile, --model, --seed, --cores, ...
-FLOOR_SLOT = _flag("--floor-slot", type=float, default=None, metavar="S",
+FLOOR_SLOT = _flag("--floor-slot", type=_options.seconds, default=None, metavar="S",
                    help="also the floor over the whole trace, arrivals included, in slots of "
                         "S seconds (a mixed-integer program: minutes; 4 proves the dynamic "
                         "trace's bound)")

@@ -185,3 +185,12 @@ def test_live_takes_its_baselines_and_policies_with_cpu_shares():
     assert _parse("live", "--policies", "ftf+shares").policies == ("ftf+shares",)
     with pytest.raises(SystemExit):
         _parse("live", "--baselines", "sometimes")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "inf"])
+def test_a_floor_slot_that_is_not_a_positive_duration_is_refused_naming_it(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _parse("dynamic", "--floor-slot", value)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--floor-slot" in err and repr(value) in err
