@@ -53,6 +53,7 @@ from .node_ranks import NodeGroup, _dist, _rank_world, part_id, topology
 
 PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
 CANCEL_EXIT_CODE = 128 + signal.SIGTERM
+_LAUNCHER_STOP = object()  # queued by stop_requested; made a Stop newer than what it meets
 
 
 class JobCancelled(SystemExit):
@@ -181,7 +182,7 @@ class JobMaster(ChannelCallbacks):
         several ranks, rank 0's request is the one broadcast, as the daemon's would be."""
         if self._stopped_by is None:
             self._stopped_by = by
-            self._commands.put(Stop(seq=self._applied_seq + 1, grace_s=0.0))
+            self._commands.put(_LAUNCHER_STOP)  # its seq is given when taken: see _take
 
     def note_exception(self, kind: type, value: BaseException) -> None:
         """What ends the process (from the except hook): Ctrl-C, or an uncaught error."""
@@ -229,6 +230,10 @@ class JobMaster(ChannelCallbacks):
             self._apply(command)
 
     def _take(self, timeout_s: float | None = None) -> list:
+        """What the daemon sent since the last call; the launcher's stop, if asked, last,
+        with a seq newer than any of them and than the last applied (given any sooner, a
+        resize the daemon numbered alike would make it stale, and the job would train on
+        until its launcher's SIGKILL)."""
         out = []
         try:
             if timeout_s is not None:
@@ -236,7 +241,12 @@ class JobMaster(ChannelCallbacks):
             while True:
                 out.append(self._commands.get_nowait())
         except queue.Empty:
-            return out
+            pass
+        if any(c is _LAUNCHER_STOP for c in out):
+            out = [c for c in out if c is not _LAUNCHER_STOP]
+            newest = max([self._applied_seq, *(c.seq for c in out)])
+            out.append(Stop(seq=newest + 1, grace_s=0.0))
+        return out
 
     def _exchange(self, commands: list) -> list:
         """Rank 0's commands, the same on every rank (a broadcast when multi-rank)."""

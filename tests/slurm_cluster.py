@@ -50,7 +50,7 @@ class SlurmCluster:
     """slurmctld and one slurmd (this host) under ``work``; ``env`` is what srun/sbatch/scancel
     need (``SLURM_CONF``)."""
 
-    def __init__(self, work: Path, kill_wait_s: int = 30) -> None:
+    def __init__(self, work: Path, kill_wait_s: int = 30, oversubscribe: int = 0) -> None:
         if os.geteuid() != 0:
             cannot("Slurm's daemons run as root here")
         for tool in ("slurmctld", "slurmd", "srun", "sbatch", "scancel", "munged", "sinfo"):
@@ -61,13 +61,14 @@ class SlurmCluster:
         for sub in ("state", "spool", "log"):
             (self.work / sub).mkdir(parents=True, exist_ok=True)
         self.conf = self.work / "slurm.conf"
-        self.conf.write_text(self._conf(kill_wait_s))
+        self.conf.write_text(self._conf(kill_wait_s, oversubscribe))
         (self.work / "cgroup.conf").write_text(
             f"CgroupPlugin={_cgroup_plugin()}\nConstrainCores=yes\nCgroupAutomount=yes\n")
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.procs: list[subprocess.Popen] = []
 
-    def _conf(self, kill_wait_s: int) -> str:
+    def _conf(self, kill_wait_s: int, oversubscribe: int) -> str:
+        shared = f" OverSubscribe=FORCE:{oversubscribe}" if oversubscribe else ""
         w = self.work
         return "\n".join([
             "ClusterName=adloader-test", f"SlurmctldHost={self.host}",
@@ -81,7 +82,8 @@ class SlurmCluster:
             "SelectTypeParameters=CR_Core", "ReturnToService=2", "MpiDefault=none",
             f"KillWait={kill_wait_s}", "JobAcctGatherType=jobacct_gather/none",
             f"NodeName={self.host} CPUs={os.cpu_count()} RealMemory=1000 State=UNKNOWN",
-            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
+            f"PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP{shared}",
+            ""])
 
     def start(self) -> SlurmCluster:
         start_munge()
