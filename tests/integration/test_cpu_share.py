@@ -19,14 +19,20 @@ from adloader.host.cpu_share import CpuShares, weights
 BUSY = "import os, sys; os.sched_setaffinity(0, {0})\nwhile True: pass"
 
 
-@pytest.fixture
-def shares():
+def cpu_shares_here(parent: str) -> CpuShares:
+    """The CPU groups under ``parent``; a skip where no cgroup CPU controller can be written
+    here, a failure under CI=true."""
     try:
-        groups = CpuShares(parent=f"adloader-test-{uuid.uuid4().hex[:8]}")
+        return CpuShares(parent=parent)
     except StorageError as exc:
         if os.environ.get("CI") == "true":
             raise
         pytest.skip(f"no cgroup CPU controller to write here: {exc}")
+
+
+@pytest.fixture
+def shares():
+    groups = cpu_shares_here(f"adloader-test-{uuid.uuid4().hex[:8]}")
     yield groups
     groups.close()
 
@@ -131,12 +137,7 @@ def sharing_daemon(tmp_path, monkeypatch):
     monkeypatch.setenv(env.setting("lost_after_s"), "60")
 
     parent = f"adloader-test-{uuid.uuid4().hex[:8]}"
-    try:
-        probe = CpuShares(parent=parent)
-    except StorageError as exc:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"no cgroup CPU controller to write here: {exc}")
+    probe = cpu_shares_here(parent)
     d = Daemon(tmp_path / "state", capacity=4,
                extra=("--policy", "requested", "--cpu-shares", parent)).start()
     try:
