@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from adloader.errors import StorageError
+from adloader.host.atomic import fsync_path
 
 from .store_fault import CAUSES, diagnose
 
@@ -54,7 +55,7 @@ def before_migration(db: sqlite3.Connection, db_path: Path, version: int, to: in
         if why:
             raise sqlite3.DatabaseError(f"the copy does not read back: {why}")
         os.replace(partial, target)
-        _sync(target.parent)
+        fsync_path(target.parent)
     except (OSError, sqlite3.Error) as exc:
         with suppress(OSError):
             if partial.is_file():
@@ -91,7 +92,7 @@ def _write(db: sqlite3.Connection, partial: Path) -> None:
     with closing(sqlite3.connect(str(partial), isolation_level=None)) as copy:
         db.backup(copy)
         copy.execute("PRAGMA journal_mode=DELETE")  # the copy is one file, no WAL beside it
-    _sync(partial)
+    fsync_path(partial)
 
 
 def _unusable(path: Path, version: int) -> str:
@@ -105,12 +106,3 @@ def _unusable(path: Path, version: int) -> str:
     if check != "ok":
         return check
     return "" if found == version else f"it is at schema {found}"
-
-
-def _sync(path: Path) -> None:
-    """fsync a file, or a folder (the names in it)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

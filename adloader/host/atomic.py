@@ -26,15 +26,20 @@ def atomic_path(path: str | os.PathLike, *, mode: int | None = None,
         if mode is not None:
             os.chmod(tmp, mode)
         if fsync:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(tmp)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file by its path, or a folder (the names in it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_bytes(path: str | os.PathLike, data: bytes, **kw) -> Path:
