@@ -15,6 +15,13 @@ a connection sends nothing after its Register until that is answered.
 One daemon takes both replays (module scope: a daemon's start is the slow part); the
 replays run one after the other, each waiting for its jobs' ends.
 
+``tests/protocol_traffic/v1-operator.json`` is an operator's session, recorded the same way
+with v1 masters: one job under ``adloader run`` is paused, resumed and cancelled over REST
+(Pause, Paused, Resume, Stop, Finish, and its supervisor's Exit on a connection of its own).
+The recorded REST calls are made again at their offsets; a job frame that acknowledges a
+command (a Paused, a heartbeat's ``applied_seq``) is sent only once that command came, as a
+master would.
+
 Substitutions: none in the v1 replay. Nothing in the jobs' frames has to be fresh for a run:
 a job started by hand chooses its own id and token (trust on first use), so the recorded
 ``recorded-job-a`` and ``recorded-token-a`` register afresh with a daemon that has never seen
@@ -45,16 +52,30 @@ from daemon_harness import Daemon, wait_for
 
 from adloader.protocol import PROTOCOL, decode_from_job, decode_to_job
 
-RECORDING = Path(__file__).resolve().parents[1] / "protocol_traffic" / "v1-session.json"
+TRAFFIC = Path(__file__).resolve().parents[1] / "protocol_traffic"
+RECORDINGS = ("v1-session.json", "v1-operator.json")
 JOB_SIDE, DAEMON_SIDE = "job->daemon", "daemon->job"
 ANSWER_S = 10.0  # for the Register's answer, and for the daemon to end the jobs
 UNKNOWN_FIELD = "sent_at"  # what a v2 master might add; not a field of protocol 1
 V2_SUFFIX = "-v2"  # the v2 replay's job ids: the recorded ones + this
 ENDED = ("finished", "failed", "cancelled", "lost")
+OPERATOR_COMMANDS = ("pause", "resume", "stop")  # what an operator's REST calls make it send
 
 
-def _session() -> dict:
-    return json.loads(RECORDING.read_text())
+def _session(name: str = RECORDINGS[0]) -> dict:
+    return json.loads((TRAFFIC / name).read_text())
+
+
+def _acknowledged(frame: dict) -> int:
+    """The daemon's command number a job frame says it applied (0: none)."""
+    data = json.loads(frame["frame"])
+    return data.get("seq", 0) if data["type"] == "paused" else data.get("applied_seq", 0)
+
+
+def _operator_call(daemon: Daemon, call: dict, job: str) -> None:
+    answer = (daemon.http.delete(f"/v1/jobs/{job}") if call["call"] == "cancel"
+              else daemon.http.post(f"/v1/jobs/{job}/{call['call']}"))
+    assert answer.status_code == 200, (call, answer.status_code, answer.text)
 
 
 def _as_v2(frame: str, t: float, suffix: str = "") -> bytes:
@@ -87,12 +108,18 @@ def _replay(daemon: Daemon, session: dict, v2: bool = False) -> tuple[dict, dict
             while sock.poll(0):
                 answers[conn].append(decode_to_job(sock.recv()))
 
+    timeline = sorted([(f["t"], 0, f) for f in session["frames"] if f["dir"] == JOB_SIDE]
+                      + [(c["t"], 1, c) for c in session.get("operator", [])],
+                      key=lambda item: (item[0], item[1]))
     try:
         start = time.monotonic()
-        for frame in (f for f in session["frames"] if f["dir"] == JOB_SIDE):
-            conn = frame["conn"]
-            while (left := start + frame["t"] - time.monotonic()) > 0:
+        for t, is_call, frame in timeline:
+            while (left := start + t - time.monotonic()) > 0:
                 pump(left)
+            if is_call:
+                _operator_call(daemon, frame, session["jobs"][frame["job"]]["job"] + suffix)
+                continue
+            conn = frame["conn"]
             if conn not in socks:
                 sock = socks[conn] = context.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
@@ -108,6 +135,15 @@ def _replay(daemon: Daemon, session: dict, v2: bool = False) -> tuple[dict, dict
                 start += time.monotonic() - asked  # late: the rest keeps its spacing
                 listed = {j["id"]: j["state"] for j in daemon.http.get("/v1/jobs").json()}
                 seen_running[conn] = listed.get(session["jobs"][conn]["job"] + suffix)
+            if session.get("operator") and (seq := _acknowledged(frame)):
+                asked = time.monotonic()  # as a master: it acknowledges what it was sent
+                deadline = asked + ANSWER_S
+                while (max((getattr(a, "seq", 0) for a in answers[conn]), default=0) < seq
+                       and time.monotonic() < deadline):
+                    pump(deadline - time.monotonic())
+                assert max((getattr(a, "seq", 0) for a in answers[conn]), default=0) >= seq, \
+                    f"{conn}: command {seq} not sent within {ANSWER_S:g} s of {frame['type']}"
+                start += time.monotonic() - asked
             socks[conn].send(_as_v2(frame["frame"], frame["t"], suffix) if v2
                              else frame["frame"].encode())
 
@@ -129,7 +165,7 @@ def _recorded_answers(session: dict) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {conn: [] for conn in session["jobs"]}
     for frame in session["frames"]:
         if frame["dir"] == DAEMON_SIDE:
-            out[frame["conn"]].append(frame["type"])
+            out.setdefault(frame["conn"], []).append(frame["type"])
     return out
 
 
@@ -163,18 +199,29 @@ def _assert_replayed(daemon: Daemon, session: dict, answers: dict, seen_running:
         kinds = [e["kind"] for e in events]
         assert kinds[0] == "attached" and kinds[-1] == spec["final"]["state"], kinds
         assert "refused" not in kinds, kinds
+        commands = [kind for kind in got if kind in OPERATOR_COMMANDS]
+        assert commands == [kind for kind in recorded[conn] if kind in OPERATOR_COMMANDS], got
     for counter in ("dropped_frames", "refused_messages", "loop_errors", "storage_errors"):
         assert daemon.metric(f"adloader_{counter}_total") == 0, (counter, daemon.log[-3000:])
 
 
-def test_the_recording_is_v1_traffic_of_register_heartbeats_resizes_and_finish():
-    """What the replays rely on: a v1 recording (no ``protocol`` sent) holding each kind of
-    exchange, every frame one this release reads without an unknown field."""
-    session = _session()
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_the_recordings_are_v1_traffic_of_every_exchange(name):
+    """What the replays rely on: v1 recordings (no ``protocol`` sent) holding each kind of
+    exchange — register, heartbeats, resizes and finish; pause, resume, stop and a
+    supervisor's exit — every frame one this release reads without an unknown field."""
+    session = _session(name)
     assert session["protocol"] == 1
     kinds = {(f["dir"], f["type"]) for f in session["frames"]}
     assert {(JOB_SIDE, "register"), (JOB_SIDE, "heartbeat"), (JOB_SIDE, "finish"),
-            (DAEMON_SIDE, "allocation"), (DAEMON_SIDE, "resize")} <= kinds
+            (DAEMON_SIDE, "allocation")} <= kinds
+    if name == "v1-session.json":
+        assert (DAEMON_SIDE, "resize") in kinds
+    else:
+        assert {(DAEMON_SIDE, "pause"), (JOB_SIDE, "paused"), (DAEMON_SIDE, "resume"),
+                (DAEMON_SIDE, "stop"), (JOB_SIDE, "exit")} <= kinds
+        assert [c["call"] for c in session["operator"]] == ["pause", "resume", "cancel"]
+        assert {spec["final"]["state"] for spec in session["jobs"].values()} == {"cancelled"}
     for frame in session["frames"]:
         raw = frame["frame"].encode()
         msg = decode_from_job(raw) if frame["dir"] == JOB_SIDE else decode_to_job(raw)
@@ -186,16 +233,18 @@ def test_the_recording_is_v1_traffic_of_register_heartbeats_resizes_and_finish()
             assert newer.model_dump() == msg.model_dump()
 
 
-def test_recorded_v1_traffic_is_answered_as_it_was(daemon):
-    session = _session()
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_recorded_v1_traffic_is_answered_as_it_was(daemon, name):
+    session = _session(name)
     before = daemon.metric("adloader_unknown_fields_total")
     answers, seen_running = _replay(daemon, session)
     _assert_replayed(daemon, session, answers, seen_running)
     assert daemon.metric("adloader_unknown_fields_total") == before  # v1 sends none
 
 
-def test_v1_traffic_with_a_v2_field_in_every_job_message_is_taken_and_counted(daemon):
-    session = _session()
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_v1_traffic_with_a_v2_field_in_every_job_message_is_taken_and_counted(daemon, name):
+    session = _session(name)
     before = daemon.metric("adloader_unknown_fields_total")
     answers, seen_running = _replay(daemon, session, v2=True)
     _assert_replayed(daemon, session, answers, seen_running, V2_SUFFIX)

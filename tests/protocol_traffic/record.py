@@ -13,17 +13,28 @@ sent (None: not sent; a v1 master does not send it) and the frame's exact text (
 format is one UTF-8 JSON frame a message: ``adloader/protocol.py``). The final state and
 iteration of each job, as the daemon recorded them, are kept with it.
 
+A second scenario, ``operator``, records what an operator's REST calls make the two sides
+say: one job started with ``adloader run`` (its supervisor reports the exit on a connection
+of its own), paused once it trains (``POST /v1/jobs/{id}/pause``), resumed
+(``POST .../resume``) once it said it paused, and cancelled (``DELETE /v1/jobs/{id}``) once
+it trains again — Pause, Paused, Resume, Stop, Finish and the supervisor's Exit. The REST
+calls are kept in the recording (``operator``: offset, call, job), for the replay to make
+at the same points.
+
 How to record, from the repository root::
 
     python3 tests/protocol_traffic/record.py            # -> tests/protocol_traffic/vN-session.json
+    python3 tests/protocol_traffic/record.py --scenario operator   # -> vN-operator.json
 
 ``N`` is ``adloader.protocol.PROTOCOL`` of the library that runs it; ``--out PATH`` writes
-elsewhere (e.g. to look at a recording without keeping it). It takes ~20 s.
+elsewhere (e.g. to look at a recording without keeping it). Each takes ~20 s.
 
 Re-record ONLY for a NEW protocol version, i.e. after ``PROTOCOL`` went up: that release's
 recording is added beside the older ones, and the replay test is pointed at it too. A
 recording is what a master of that version sent; a daemon must keep answering it for as long
-as it promises to read that version, so ``v1-session.json`` is never rewritten or edited —
+as it promises to read that version, so ``v1-session.json`` (and ``v1-operator.json``, added
+while the protocol was still 1: what this release's v1 master says when paused, resumed and
+stopped) is never rewritten or edited —
 not to "refresh" it, not to make a failing replay pass. The recorder refuses to write over a
 file that exists.
 """
@@ -128,102 +139,196 @@ class Forwarder:
         self.context.term()
 
 
-def record() -> dict:
-    work = Path(tempfile.mkdtemp(prefix="adl-rec-"))
-    script = work / "job.py"
-    script.write_text(JOB_SCRIPT)
-    daemon = Daemon(work / "state", capacity=DAEMON["capacity"], gpus=DAEMON["gpus"],
-                    window=DAEMON["window"], heartbeat=DAEMON["heartbeat"]).start()
-    forwarder = Forwarder(f"ipc://{work}/jobs.sock", daemon.endpoint)
-    procs: dict[str, subprocess.Popen] = {}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ADLOADER_")}
-    env[names.ENDPOINT] = f"ipc://{work}/jobs.sock"
+OPERATOR_JOB = ("c", 600, 0.02)  # label, iterations, seconds a batch: ends by a cancel
+OPERATOR_BEATS = 3  # heartbeats seen before each call (the job trains between them)
 
-    go = work / "go"
 
-    def start(label, job, token, iterations, step_s, wait: bool = False):
-        log = open(work / f"{label}.log", "wb")  # noqa: SIM115 (the child's, kept open)
-        procs[label] = subprocess.Popen(
-            [sys.executable, str(script), str(iterations), str(step_s),
-             str(go) if wait else "-"],
-            env={**env, names.JOB: job, names.JOB_TOKEN: token}, stdout=log,
-            stderr=subprocess.STDOUT, cwd=work)
+class _Run:
+    """One recording's daemon, forwarder and jobs."""
 
-    def states() -> dict[str, str]:
-        return {job: daemon.job(job).get("state") for _, job, *_ in JOBS
-                if daemon.http.get(f"/v1/jobs/{job}").status_code == 200}
+    def __init__(self, work: Path):
+        self.work = work
+        self.script = work / "job.py"
+        self.script.write_text(JOB_SCRIPT)
+        self.daemon = Daemon(work / "state", capacity=DAEMON["capacity"], gpus=DAEMON["gpus"],
+                             window=DAEMON["window"], heartbeat=DAEMON["heartbeat"]).start()
+        self.forwarder = Forwarder(f"ipc://{work}/jobs.sock", self.daemon.endpoint)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ADLOADER_")}
+        self.env[names.ENDPOINT] = f"ipc://{work}/jobs.sock"
+        self.go = work / "go"
+        self.operator: list[dict] = []
 
-    try:
-        start(*JOBS[0])
-        start(*JOBS[1], wait=True)  # imports meanwhile; attaches once ``go`` is there
+    def start(self, label: str, argv: list[str], env: dict[str, str]) -> None:
+        log = open(self.work / f"{label}.log", "wb")  # noqa: SIM115 (the child's, kept open)
+        self.procs[label] = subprocess.Popen(argv, env={**self.env, **env}, stdout=log,
+                                             stderr=subprocess.STDOUT, cwd=self.work)
+
+    def states(self, jobs: list[str]) -> dict[str, str]:
+        return {job: self.daemon.job(job).get("state") for job in jobs
+                if self.daemon.http.get(f"/v1/jobs/{job}").status_code == 200}
+
+    def call(self, kind: str, job: str, label: str) -> None:
+        """An operator's REST call, made now and written down with its offset."""
+        http = self.daemon.http
+        answer = (http.delete(f"/v1/jobs/{job}") if kind == "cancel"
+                  else http.post(f"/v1/jobs/{job}/{kind}"))
+        if answer.status_code != 200:
+            raise SystemExit(f"{kind} of {job}: {answer.status_code} {answer.text}")
+        t0 = self.forwarder.t0 if self.forwarder.t0 is not None else time.monotonic()
+        self.operator.append({"t": round(time.monotonic() - t0, 4), "call": kind,
+                              "job": label})
+
+    def frames_of(self, direction: str, kind: str, job: str | None = None) -> list[dict]:
+        return [f for f in self.forwarder.frames if f["dir"] == direction and f["type"] == kind
+                and (job is None or json.loads(f["frame"]).get("job") == job)]
+
+    def until(self, done, what: str) -> None:
         deadline = time.monotonic() + DEADLINE_S
-        ended_at = None
-        while time.monotonic() < deadline:
-            forwarder.pump(50)
-            if not go.exists() and sum(f["type"] == "heartbeat" for f in forwarder.frames) >= 4:
-                go.touch()  # ``a`` trains: ``b`` arrives, the daemon plans both
-            done = len(procs) == len(JOBS) and all(p.poll() is not None for p in procs.values())
-            if done and ended_at is None:
-                ended_at = time.monotonic()
-            if ended_at is not None and time.monotonic() - ended_at > 0.5:
-                final = states()
-                if len(final) == len(JOBS) and all(s in ("finished", "failed", "lost")
-                                                   for s in final.values()):
-                    break
-        else:
-            raise SystemExit(f"the jobs did not end within {DEADLINE_S:g} s; logs in {work}")
-        for _ in range(10):  # anything the daemon still sends after the ends (none expected)
-            forwarder.pump(50)
-        bad = {label: p.returncode for label, p in procs.items() if p.returncode != 0}
+        while not done():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{what}: not within {DEADLINE_S:g} s; logs in {self.work}")
+            self.forwarder.pump(50)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        self.forwarder.close()
+        self.daemon.stop()
+
+
+def _session(run: _Run) -> dict[str, str]:
+    """``a`` alone, then ``b`` arriving while it trains; both finish. Job ids by label."""
+    for label, job, token, iterations, step_s in JOBS:
+        wait = label != JOBS[0][0]  # ``b`` imports meanwhile; attaches once ``go`` is there
+        run.start(label, [sys.executable, str(run.script), str(iterations), str(step_s),
+                          str(run.go) if wait else "-"], {names.JOB: job, names.JOB_TOKEN: token})
+
+    def step() -> bool:
+        if not run.go.exists() and len(run.frames_of(JOB_DIRECTION, "heartbeat")) >= 4:
+            run.go.touch()  # ``a`` trains: ``b`` arrives, the daemon plans both
+        return False
+
+    ids = {label: job for label, job, *_ in JOBS}
+    _until_ended(run, ids, step)
+    return ids
+
+
+def _operator(run: _Run) -> dict[str, str]:
+    """One job under ``adloader run``: paused, resumed, cancelled."""
+    label, iterations, step_s = OPERATOR_JOB
+    run.start(label, [sys.executable, "-m", "adloader", "run", "--", sys.executable,
+                      str(run.script), str(iterations), str(step_s), "-"], {})
+    run.until(lambda: run.frames_of(JOB_DIRECTION, "register"), "the job's register")
+    job = json.loads(run.frames_of(JOB_DIRECTION, "register")[0]["frame"])["job"]
+
+    def beats() -> int:
+        return len(run.frames_of(JOB_DIRECTION, "heartbeat", job))
+
+    run.until(lambda: beats() >= OPERATOR_BEATS, "the job training")
+    run.call("pause", job, label)
+    run.until(lambda: run.frames_of(JOB_DIRECTION, "paused", job), "the job pausing")
+    held = beats()
+    run.until(lambda: beats() >= held + 2, "heartbeats while paused")
+    run.call("resume", job, label)
+    resumed = beats()
+    run.until(lambda: beats() >= resumed + OPERATOR_BEATS, "the job training again")
+    run.call("cancel", job, label)
+    _until_ended(run, {label: job}, lambda: False)
+    return {label: job}
+
+
+def _until_ended(run: _Run, ids: dict[str, str], step) -> None:
+    ended_at = None
+
+    def ended() -> bool:
+        nonlocal ended_at
+        step()
+        if ended_at is None and all(p.poll() is not None for p in run.procs.values()):
+            ended_at = time.monotonic()
+        if ended_at is None or time.monotonic() - ended_at < 0.5:
+            return False
+        final = run.states(list(ids.values()))
+        return len(final) == len(ids) and all(s in ENDED for s in final.values())
+
+    run.until(ended, "the jobs' ends")
+    for _ in range(10):  # anything the daemon still sends after the ends (none expected)
+        run.forwarder.pump(50)
+
+
+ENDED = ("finished", "failed", "cancelled", "lost")
+SCENARIOS = {"session": _session, "operator": _operator}
+EXPECTED_EXIT = {"session": 0, "operator": 128 + 15}  # a cancelled job ends by SIGTERM's code
+
+
+def record(scenario: str = "session") -> dict:
+    run = _Run(Path(tempfile.mkdtemp(prefix="adl-rec-")))
+    try:
+        ids = SCENARIOS[scenario](run)
+        bad = {label: p.returncode for label, p in run.procs.items()
+               if p.returncode != EXPECTED_EXIT[scenario]}
         if bad:
-            raise SystemExit(f"jobs failed {bad}; logs in {work}")
+            raise SystemExit(f"jobs ended {bad}; logs in {run.work}")
+        tokens = {}
+        for frame in run.forwarder.frames:
+            data = json.loads(frame["frame"])
+            if frame["type"] == "register":
+                tokens[data["job"]] = data["token"]
+        shape = ({lb: (it, st) for lb, _, _, it, st in JOBS} if scenario == "session"
+                 else {OPERATOR_JOB[0]: OPERATOR_JOB[1:]})
         jobs = {}
-        for label, job, token, iterations, step_s in JOBS:
-            view = daemon.job(job)
-            jobs[label] = {"job": job, "token": token, "iterations": iterations,
-                           "step_s": step_s, "final": {"state": view["state"],
-                                                       "iteration": view["iteration"]}}
-        labels = {}
-        for frame in forwarder.frames:  # a connection is named after the job it registered
-            if frame["conn"] not in labels and frame["type"] == "register":
-                job = json.loads(frame["frame"])["job"]
-                labels[frame["conn"]] = next(lb for lb, j, *_ in JOBS if j == job)
+        for label, job in ids.items():
+            view = run.daemon.job(job)
+            jobs[label] = {"job": job, "token": tokens[job], "iterations": shape[label][0],
+                           "step_s": shape[label][1], "final": {"state": view["state"],
+                                                               "iteration": view["iteration"]}}
+        labels: dict[bytes, str] = {}
+        by_job = {job: label for label, job in ids.items()}
+        for frame in run.forwarder.frames:  # a connection is named after the job it speaks for
+            if frame["conn"] not in labels:  # a supervisor's connection: "<label>-supervisor"
+                data = json.loads(frame["frame"])
+                label = by_job[data["job"]]
+                labels[frame["conn"]] = label if data["type"] == "register" \
+                    else f"{label}-supervisor"
             frame["conn"] = labels[frame["conn"]]
-        unknown = daemon.metric("adloader_unknown_fields_total")
-        dropped = daemon.metric("adloader_dropped_frames_total")
-        refused = daemon.metric("adloader_refused_messages_total")
+        unknown = run.daemon.metric("adloader_unknown_fields_total")
+        dropped = run.daemon.metric("adloader_dropped_frames_total")
+        refused = run.daemon.metric("adloader_refused_messages_total")
         if unknown or dropped or refused:
             raise SystemExit(f"the recording daemon counted unknown={unknown} dropped={dropped} "
                              f"refused={refused}: not a clean recording")
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-        forwarder.close()
-        daemon.stop()
+        run.close()
     info = build_info()
-    return {
+    session = {
         "format": "adloader control traffic, one session (tests/protocol_traffic/record.py)",
+        "scenario": scenario,
         "protocol": PROTOCOL,
         "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "adloader": info["version"], "commit": info["commit"], "python": info["python"],
         "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(),
         "daemon": DAEMON,
         "jobs": jobs,
-        "frames": forwarder.frames,
+        "frames": run.forwarder.frames,
     }
+    if run.operator:
+        session["operator"] = run.operator
+    return session
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=HERE / f"v{PROTOCOL}-session.json")
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="session")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    args.out = args.out or HERE / f"v{PROTOCOL}-{args.scenario}.json"
     if args.out.exists():
         print(f"{args.out} exists: a recording is never rewritten (record a new protocol "
               f"version to a new file, or pass --out)", file=sys.stderr)
         return 2
-    session = record()
+    session = record(args.scenario)
     args.out.write_text(json.dumps(session, indent=1) + "\n")
     kinds: dict[str, int] = {}
     for frame in session["frames"]:
