@@ -35,7 +35,7 @@ from .launcher import Launcher
 from .metrics import MetricsCache
 from .model_features import FeatureCounter
 from .node_cache import NodeCacheHost
-from .node_processes import ProcessesMixin
+from .node_processes import ProcessesMixin, cpus_allowed
 from .online_model import OnlineModel, prior_model
 from .recovery import RecoveryMixin
 from .refit import RefitWorker
@@ -76,7 +76,8 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             arrival_settle_s=config.arrival_settle_s, hold_arrivals=config.hold_arrivals,
             completion_window_s=config.completion_window_s, heartbeat_s=config.heartbeat_s,
             lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
-            cancel_grace_s=config.cancel_grace_s, clock=time.monotonic)
+            cancel_grace_s=config.cancel_grace_s, clock=time.monotonic,
+            cpus_of=cpus_allowed)
         self.launcher = Launcher(state, config.control_endpoint)
         self.outbox: collections.deque = collections.deque()
         self.counters = collections.Counter()

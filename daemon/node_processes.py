@@ -23,6 +23,15 @@ log = logging.getLogger("adloader.daemon")
 ORPHAN_GRACE_S = 3.0  # a job whose supervisor died: its group's time to be seen gone
 
 
+def cpus_allowed(pid: int) -> int | None:
+    """How many CPUs the kernel lets process ``pid`` run on (its affinity: a Slurm step's
+    cpuset, a ``taskset``); None when it cannot be read (gone, another PID namespace)."""
+    try:
+        return len(os.sched_getaffinity(pid)) or None
+    except OSError:
+        return None
+
+
 class ProcessesMixin:
     """Launch, pids, CPU and endings of launched jobs (``Node`` provides the scheduler, the
     store, the launcher, ``_apply`` and ``_record_event``)."""

@@ -63,7 +63,8 @@ class Scheduler(EndingsMixin):
                  arrival_settle_s: float = 0.25, hold_arrivals: bool = False,
                  completion_window_s: float = 30.0, heartbeat_s: float = 1.0,
                  lost_timeout_s: float = 3.0, max_jobs_per_gpu: int = 2,
-                 cancel_grace_s: float = 10.0, clock: Callable[[], float]):
+                 cancel_grace_s: float = 10.0, clock: Callable[[], float],
+                 cpus_of: Callable[[int], int | None] | None = None):
         self.capacity, self.gpus = capacity, gpus
         self.policy = get_policy(policy)  # this node's own: its state (ftf's shadow) lives here
         self.tokens = tokens
@@ -76,6 +77,9 @@ class Scheduler(EndingsMixin):
         self.cancel_grace_s = cancel_grace_s
         self.exit_wait_s = max(4 * lost_timeout_s, 5.0)  # for the supervisor after Finish
         self.clock = clock
+        # the CPUs a process may run on (the kernel's affinity of a job's master): its most
+        # workers; None: not known (no cap)
+        self.cpus_of = cpus_of or (lambda pid: None)
         self.jobs: dict[str, LiveJob] = {}
         self._node_workers: tuple[float, int] | None = None  # (clock, D) for loading samples
         self.ended: dict[str, str] = {}  # terminal jobs of earlier daemons: id -> state
@@ -235,7 +239,8 @@ class Scheduler(EndingsMixin):
     def _views(self, jobs: list[LiveJob]) -> list[PlanJob]:
         return [PlanJob(j.id, j.batch_size, j.gpus, j.flops_g, j.params_m, j.remaining_samples,
                         j.state in ACTIVE, j.workers, j.gpu_ids, j.requested, j.rate_scale,
-                        length_known=bool(j.iterations), started=j.iteration > 0)
+                        length_known=bool(j.iterations), started=j.iteration > 0,
+                        cpus=j.cpus)
                 for j in jobs]
 
     def _plan(self, jobs: list[LiveJob]):
@@ -321,21 +326,22 @@ class Scheduler(EndingsMixin):
                                 None)
         feats = msg.features
         free = max(0, self.capacity - self.node_workers())
+        cpus = self.cpus_of(msg.pid) if msg.pid else None
         now = self.clock()
         job = LiveJob(msg.job, self.tokens.digest(msg.token), feats.batch_size, feats.gpus,
                       feats.flops_g, feats.params_m, feats.iterations, msg.requested,
                       "attached", state="running",
-                      workers=min(max(msg.workers, 1), max(free, 1)),
+                      workers=min(max(msg.workers, 1), max(free, 1), cpus or self.capacity),
                       gpu_ids=tuple(range(min(feats.gpus, self.gpus))), last_seen=now,
                       submitted=now, registered=True, supervisor=msg.supervisor,
                       peer=identity, name=msg.name or "", data=msg.data, pid=msg.pid or None,
-                      protocol=msg.protocol or 0)
+                      protocol=msg.protocol or 0, cpus=cpus)
         self.jobs[job.id] = job
         self._open(self.arrival_window_s)
         job.seq += 1
         return Actions(changed=[job], events=[(job.id, "attached", {
                            "workers": job.workers, "pid": msg.pid, "cpu_group": msg.cpu_group,
-                           "supervisor": msg.supervisor})],
+                           "supervisor": msg.supervisor, "cpus": cpus})],
                        send=[(job.id, Allocation(seq=job.seq, workers=job.workers,
                                                  heartbeat_s=self.heartbeat_s))])
 
@@ -356,10 +362,14 @@ class Scheduler(EndingsMixin):
         job.registered, job.data, job.protocol = True, msg.data, msg.protocol or 0
         if job.supervisor != "launcher":  # a launched job's own pid comes from its supervisor
             job.pid = msg.pid or None
+        job.cpus = self.cpus_of(msg.pid) if msg.pid else None
         if job.state in WAITING:  # registered before it was planned: run what it has
             job.state, job.workers = "running", min(max(msg.workers, 1), self.capacity)
+        if job.cpus is not None and job.workers > job.cpus:
+            job.workers = job.cpus
         job.seq += 1
-        out = Actions(changed=[job], events=[(job.id, "registered", {"pid": msg.pid})],
+        out = Actions(changed=[job], events=[(job.id, "registered", {"pid": msg.pid,
+                                                                     "cpus": job.cpus})],
                       send=[(job.id, Allocation(seq=job.seq, workers=job.workers,
                                                 heartbeat_s=self.heartbeat_s))])
         if job.cancel_at is not None:  # cancelled before its master was there to ask

@@ -757,3 +757,39 @@ def test_a_heartbeat_lying_about_its_steps_moves_its_own_correction_only_within_
     from adloader.scheduling.correction import LIMITS
 
     assert liar.rate_scale == LIMITS[1] and sched.jobs["j-000002"].rate_scale == 1.0
+
+
+def _attached_pair(paper_model, clock, cpus: dict[int, int]) -> Scheduler:
+    s = Scheduler(capacity=CAPACITY, gpus=GPUS, policy="optimal", model=paper_model,
+                  tokens=TokenDigest(b"k" * 32), arrival_window_s=ARRIVAL_S,
+                  completion_window_s=COMPLETION_S, heartbeat_s=1.0, lost_timeout_s=LOST_S,
+                  clock=clock, cpus_of=cpus.get)
+    for job_id, pid in (("pinned", 1001), ("free", 1002)):
+        msg = register_msg(job_id, workers=CAPACITY).model_copy(update={"pid": pid})
+        s.message(peer(job_id), msg)
+    _beat_through(s, clock, ARRIVAL_S)
+    return s
+
+
+def _beat_through(s: Scheduler, clock: Clock, seconds: float) -> None:
+    """Each job heartbeats every second while ``seconds`` pass; the scheduler ticks."""
+    for _ in range(int(seconds)):
+        clock.advance(1.0)
+        for job_id in list(s.jobs):
+            s.message(peer(job_id), heartbeat(s, job_id))
+        s.tick()
+
+
+def test_a_job_confined_to_fewer_cpus_is_never_given_more_workers(paper_model, clock):
+    """A Slurm step (or a ``taskset``) on one CPU gains nothing from a second worker: the
+    kernel's affinity of its master caps it, at attach and at every plan; the other job is
+    planned as before."""
+    uncapped = _attached_pair(paper_model, Clock(), {})
+    assert uncapped.jobs["pinned"].workers > 1  # what the plan gives it without the cap
+    s = _attached_pair(paper_model, clock, {1001: 1})
+    assert s.jobs["pinned"].cpus == 1 and s.jobs["free"].cpus is None
+    assert s.jobs["pinned"].workers == 1
+    assert s.jobs["free"].workers == uncapped.jobs["free"].workers
+    for _ in range(3):  # heartbeats and later decisions keep it
+        _beat_through(s, clock, COMPLETION_S)
+        assert s.jobs["pinned"].state == "running" and s.jobs["pinned"].workers == 1
