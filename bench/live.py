@@ -35,6 +35,8 @@ from adloader import env as names
 from adloader import rest
 from adloader.bench import nodaemon
 from adloader.daemon.process import DaemonProcess
+from adloader.errors import InputError
+from adloader.sim.declared import FAST_GPU_STEPS
 from adloader.sim.device_profile import load_profile, save_profile
 from adloader.sim.trace import Trace, fit_to_gpus, load_trace
 from adloader.workloads.contention import default_grid, measure_contention
@@ -54,6 +56,7 @@ class LiveConfig:
     policies: tuple[str, ...] = ("balance", "ftf")
     baselines: tuple[str, ...] = nodaemon.SETTINGS + nodaemon.EXTRA  # no daemon, torch's loader
     trace: str = "paper-static"
+    mix: str = "paper-static"  # or fast-gpus: the declared space's member, steps × 0.25
     capacity: int = 0  # 0: 3 × cores emulating GPUs, the cores with CUDA
     iterations_scale: float = 0.2
     rounds: int = 5  # each setting this often, alternating; medians and spreads are reported
@@ -65,6 +68,21 @@ class LiveConfig:
     timeout_s: float = 900.0
     surface_rounds: int = 2  # the contention surface measured this often (0: not at all)
     surface_window_s: float = 1.5  # seconds each of its points is timed
+
+
+# the members of the declared space (``adloader.sim.declared``) this bench runs live: the
+# factor on the emulated steps (fast-gpus: GPUs 4× faster, so the loaders bind)
+LIVE_MIXES = {"paper-static": 1.0, "fast-gpus": FAST_GPU_STEPS}
+
+
+def for_mix(cfg: LiveConfig, cuda: bool) -> LiveConfig:
+    """``cfg`` with its mix's emulated step scale; a mix that speeds the GPUs up needs the
+    steps emulated (a real GPU is as fast as it is)."""
+    factor = LIVE_MIXES[cfg.mix]
+    if factor != 1.0 and cuda:
+        raise InputError(f"bench live: --member {cfg.mix} emulates faster GPUs, and this machine "
+                         f"trains on its real GPUs: run it on a machine without CUDA")
+    return dataclasses.replace(cfg, step_scale=cfg.step_scale * factor)
 
 
 def live_capacity(cfg: LiveConfig, cuda: bool) -> int:
@@ -135,6 +153,7 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
     root = Path(workdir or tempfile.mkdtemp(prefix="adloader-live-"))
     data = root / "jpeg"
     cuda = torch.cuda.is_available()
+    cfg = for_mix(cfg, cuda)
     capacity = live_capacity(cfg, cuda)
     trace, per_gpu = load_trace(cfg.trace), 2
     if cuda:
@@ -184,6 +203,8 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
     simulated = simulated_baselines(cfg, profile, trace, capacity, per_gpu, runs)
     mode = (f"real training on {torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
             if cuda else f"GPU steps emulated, the paper's × {cfg.step_scale:g}")
+    if cfg.mix != "paper-static":
+        mode = f"{cfg.mix}: {mode}"
     return {"config": dataclasses.asdict(cfg), "capacity": capacity, "workdir": str(root),
             "mode": mode, "gpus": trace.gpus,
             "profile": str(profile), "summary": summary, "limits": limits, "floor": floor,

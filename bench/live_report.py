@@ -193,7 +193,9 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
         "none (GPU steps emulated)"
     cmd = " ".join(command or ["adloader", *sys.argv[1:]])
     lines = [
-        "# adloader against no daemon: the static mix on this machine",
+        "# adloader against no daemon: the "
+        + ("static mix" if cfg.get("mix", "paper-static") == "paper-static"
+           else f"declared space's {cfg['mix']} mix") + " on this machine",
         "",
         f"Written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by `{cmd}` "
         f"(adloader {box['adloader']}, commit {box['commit'] or 'unknown'}).",

@@ -60,6 +60,12 @@ def live_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baselines", type=_baselines, default=None,
                    help="no-daemon settings on torch's own DataLoader, comma-separated, or "
                         f"none (default {','.join(BASELINES)})")
+    p.add_argument("--member", choices=("paper-static", "fast-gpus"),
+                   default=None,
+                   help="the member of the declared space (bench declared) to run "
+                        "(default paper-static: the paper's GPUs × 1.2, emulated); "
+                        "fast-gpus: the declared space's member, GPUs 4× faster (steps × "
+                        "0.25): the loaders bind (emulated steps only)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write a self-contained report into DIR: report.md (the machine, the "
                         "tables), timeline.png, machine.json, live.json — the GPU run kit")
@@ -79,7 +85,7 @@ def _live_config(args):
         raise InputError("bench live: --workers takes one count")
     given = {"rounds": args.rounds, "iterations_scale": args.iterations_scale,
              "policies": args.policies, "baselines": args.baselines, "crop": args.crop,
-             "capacity": args.workers and args.workers[0]}
+             "capacity": args.workers and args.workers[0], "mix": args.member}
     cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
     if cfg.rounds < 1 or cfg.iterations_scale <= 0 or cfg.crop < 0 or cfg.capacity < 0:
         raise InputError("bench live: --rounds must be >= 1, --iterations-scale > 0, "
@@ -106,7 +112,7 @@ def bench_live(args) -> int:
     ref = summary[0]["reference"]
     columns, rows = summary_rows(summary)
     console.print(_output.table(
-        f"static mix as real jobs here ({result['mode']}): {result['capacity']} workers, "
+        f"{cfg.mix} mix as real jobs here ({result['mode']}): {result['capacity']} workers, "
         f"iterations × {cfg.iterations_scale:g}; medians of {cfg.rounds} rounds, each ratio "
         f"paired with {ref}'s run of the same round",
         columns, rows))

@@ -8,6 +8,7 @@ import pytest
 
 from adloader import cli
 from adloader.cli import bench
+from adloader.errors import InputError
 
 SIM = {"--profile", "--model", "--seed", "--cores", "--window", "--prediction-error",
        "--realloc-cost", "--truth"}
@@ -20,7 +21,7 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "mixes": SIM | {"--jobs", "--mixes", "--rate", "--json"},
     "declared": {"--profile", "--seed", "--truth", "--floor-slot", "--mixes", "--json"},
     "live": {"--quick", "--rounds", "--iterations-scale", "--crop", "--workers", "--policies",
-             "--baselines", "--report"}
+             "--baselines", "--report", "--member"}
     | OUT,
     "api": {"--quick", "--masters", "--json"},
     "soak": {"--quick", "--jobs", "--json"},
@@ -50,7 +51,7 @@ VALUES = {"--profile": "paper", "--model": "tpm.json", "--seed": "3", "--cores":
           "--crop": "112", "--workers": "2", "--policies": "balance,optimal",
           "--masters": "30", "--ranks-per-node": "2", "--max-imbalance": "1.2",
           "--baselines": "even,autotune", "--truth": "published", "--report": "kit",
-          "--floor-slot": "4"}
+          "--floor-slot": "4", "--member": "fast-gpus"}
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -185,6 +186,22 @@ def test_live_takes_its_baselines_and_policies_with_cpu_shares():
     assert _parse("live", "--policies", "ftf+shares").policies == ("ftf+shares",)
     with pytest.raises(SystemExit):
         _parse("live", "--baselines", "sometimes")
+
+
+def test_live_runs_a_declared_mix_with_its_steps_scaled_and_refuses_it_on_a_real_gpu():
+    from adloader.bench.live import LiveConfig, for_mix
+    from adloader.sim.declared import FAST_GPU_STEPS
+
+    assert _parse("live", "--member", "fast-gpus").member == "fast-gpus"
+    with pytest.raises(SystemExit):
+        _parse("live", "--member", "slow-gpus")
+    base = LiveConfig()
+    assert for_mix(base, cuda=False).step_scale == base.step_scale  # paper-static
+    fast = LiveConfig(mix="fast-gpus")
+    assert for_mix(fast, cuda=False).step_scale == pytest.approx(
+        base.step_scale * FAST_GPU_STEPS)
+    with pytest.raises(InputError, match="fast-gpus"):
+        for_mix(fast, cuda=True)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "inf"])
