@@ -42,6 +42,7 @@ from .refit import RefitWorker
 from .retention import Retention, Retirement
 from .scheduler import Actions, LiveJob, Scheduler
 from .service_impl import NodeServiceMixin
+from .slurm_identity import check_slurm_name
 from .store import FINAL_STATES, Store
 from .tokens import TokenDigest
 
@@ -77,7 +78,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             completion_window_s=config.completion_window_s, heartbeat_s=config.heartbeat_s,
             lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
             cancel_grace_s=config.cancel_grace_s, clock=time.monotonic,
-            cpus_of=cpus_allowed)
+            cpus_of=cpus_allowed, name_check=check_slurm_name)
         self.launcher = Launcher(state, config.control_endpoint)
         self.outbox: collections.deque = collections.deque()
         self.counters = collections.Counter()

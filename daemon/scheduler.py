@@ -12,8 +12,8 @@ job's routing id hears nothing. ``finished``, ``failed`` and ``cancelled`` are t
 message brings such a job back. ``lost`` (nothing is known) is the one state a job leaves
 again, when it proves itself, or when its exit status turns up.
 
-How a job ends — truthfully — is ``daemon.endings``; what is tracked of a job,
-``daemon.live``.
+How a job ends — truthfully — is ``daemon.endings``; how a master registers,
+``daemon.registration``; what is tracked of a job, ``daemon.live``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 from adloader.errors import ConflictError
 from adloader.protocol import (
-    Allocation,
     Exit,
     Finish,
     Heartbeat,
@@ -32,7 +31,6 @@ from adloader.protocol import (
     Register,
     Resize,
     Resume,
-    Stop,
 )
 from adloader.scheduling import correction
 from adloader.scheduling.planner import PlanJob, admit, plan
@@ -51,20 +49,22 @@ from .live import (  # noqa: F401  (the states, for the scheduler's users)
     LiveJob,
     exit_text,
 )
+from .registration import RegistrationMixin
 from .tokens import TokenDigest
 
 REVIEW_MIN_S = 5.0  # ftf: a plan is looked at again no sooner than this
 CORRECT_EVERY_S = 2.0  # one correction of c_i a job this often (heartbeats come faster)
 
 
-class Scheduler(EndingsMixin):
+class Scheduler(RegistrationMixin, EndingsMixin):
     def __init__(self, *, capacity: int, gpus: int, policy: str, model: ThroughputModel,
                  tokens: TokenDigest, arrival_window_s: float = 30.0,
                  arrival_settle_s: float = 0.25, hold_arrivals: bool = False,
                  completion_window_s: float = 30.0, heartbeat_s: float = 1.0,
                  lost_timeout_s: float = 3.0, max_jobs_per_gpu: int = 2,
                  cancel_grace_s: float = 10.0, clock: Callable[[], float],
-                 cpus_of: Callable[[int], int | None] | None = None):
+                 cpus_of: Callable[[int], int | None] | None = None,
+                 name_check: Callable[[str, int], tuple[bool | None, str]] | None = None):
         self.capacity, self.gpus = capacity, gpus
         self.policy = get_policy(policy)  # this node's own: its state (ftf's shadow) lives here
         self.tokens = tokens
@@ -80,6 +80,9 @@ class Scheduler(EndingsMixin):
         # the CPUs a process may run on (the kernel's affinity of a job's master): its most
         # workers; None: not known (no cap)
         self.cpus_of = cpus_of or (lambda pid: None)
+        # a launcher-derived name against what the kernel says of the process (a Slurm job's
+        # cgroup): False refuses it, None is not checked (``daemon.slurm_identity``)
+        self.name_check = name_check or (lambda name, pid: (None, "not checked"))
         self.jobs: dict[str, LiveJob] = {}
         self._node_workers: tuple[float, int] | None = None  # (clock, D) for loading samples
         self.ended: dict[str, str] = {}  # terminal jobs of earlier daemons: id -> state
@@ -314,68 +317,6 @@ class Scheduler(EndingsMixin):
         job.state, job.workers, job.gpu_ids = "queued", 0, ()
         self._open(max(self.arrival_window_s, 5.0))
         return Actions(changed=[job], events=[(job.id, "launch_deferred", {"reason": why})])
-
-    # -- the master's side -------------------------------------------------------------
-    def _attach(self, identity: bytes, msg: Register) -> Actions:
-        """A job started by hand registers itself: trust on first use of its token; it keeps
-        its workers (within what is free) until the next decision."""
-        if msg.job in self.ended:
-            return self._refuse(identity, msg, f"job has ended ({self.ended[msg.job]})", None)
-        if msg.job.startswith(RESERVED_ID):
-            return self._refuse(identity, msg, f"ids {RESERVED_ID}* are the daemon's to give",
-                                None)
-        feats = msg.features
-        free = max(0, self.capacity - self.node_workers())
-        cpus = self.cpus_of(msg.pid) if msg.pid else None
-        now = self.clock()
-        job = LiveJob(msg.job, self.tokens.digest(msg.token), feats.batch_size, feats.gpus,
-                      feats.flops_g, feats.params_m, feats.iterations, msg.requested,
-                      "attached", state="running",
-                      workers=min(max(msg.workers, 1), max(free, 1), cpus or self.capacity),
-                      gpu_ids=tuple(range(min(feats.gpus, self.gpus))), last_seen=now,
-                      submitted=now, registered=True, supervisor=msg.supervisor,
-                      peer=identity, name=msg.name or "", data=msg.data, pid=msg.pid or None,
-                      protocol=msg.protocol or 0, cpus=cpus)
-        self.jobs[job.id] = job
-        self._open(self.arrival_window_s)
-        job.seq += 1
-        return Actions(changed=[job], events=[(job.id, "attached", {
-                           "workers": job.workers, "pid": msg.pid, "cpu_group": msg.cpu_group,
-                           "supervisor": msg.supervisor, "cpus": cpus})],
-                       send=[(job.id, Allocation(seq=job.seq, workers=job.workers,
-                                                 heartbeat_s=self.heartbeat_s))])
-
-    def _revive(self, job: LiveJob, msg) -> Actions:
-        """A job declared lost speaks again (it was only slow): it runs with what it has
-        until the next decision, which the arrival buffer brings."""
-        job.state, job.registered = "running", True
-        job.workers = min(max(msg.workers, 1), max(1, self.capacity - self.node_workers()))
-        if not job.gpu_ids:
-            job.gpu_ids = tuple(range(min(job.gpus, self.gpus)))
-        self._open(self.arrival_window_s)
-        job.seq += 1
-        return Actions(changed=[job], events=[(job.id, "revived", {"workers": job.workers})],
-                       send=[(job.id, Resize(seq=job.seq, workers=job.workers))])
-
-    def _registered(self, job: LiveJob, msg: Register) -> Actions:
-        """A launched job's master says hello: confirm its workers."""
-        job.registered, job.data, job.protocol = True, msg.data, msg.protocol or 0
-        if job.supervisor != "launcher":  # a launched job's own pid comes from its supervisor
-            job.pid = msg.pid or None
-        job.cpus = self.cpus_of(msg.pid) if msg.pid else None
-        if job.state in WAITING:  # registered before it was planned: run what it has
-            job.state, job.workers = "running", min(max(msg.workers, 1), self.capacity)
-        if job.cpus is not None and job.workers > job.cpus:
-            job.workers = job.cpus
-        job.seq += 1
-        out = Actions(changed=[job], events=[(job.id, "registered", {"pid": msg.pid,
-                                                                     "cpus": job.cpus})],
-                      send=[(job.id, Allocation(seq=job.seq, workers=job.workers,
-                                                heartbeat_s=self.heartbeat_s))])
-        if job.cancel_at is not None:  # cancelled before its master was there to ask
-            job.seq += 1
-            out.send.append((job.id, Stop(seq=job.seq, grace_s=self.cancel_grace_s)))
-        return out
 
     def _correct(self, job: LiveJob, observed: float) -> Actions:
         """c_i from the job's own steps, one update per ``CORRECT_EVERY_S``; a re-plan at

@@ -103,3 +103,54 @@ def test_scancel_of_an_sbatch_job_ends_it_at_a_batch_boundary_recorded_cancelled
     # it did not wait for Slurm's SIGKILL (KillWait, 30 s)
     assert finishing[0]["data"]["iterations"] == view["iteration"] > 10
     assert "SIGKILL" not in str(view.get("reason"))
+
+
+SQUATTER = """
+import time
+from adloader import ElasticDataLoader, attach
+loader = ElasticDataLoader(list(range(400)), batch_size=4, num_workers=0)
+attach(loader, model="smResnet20", batch_size=4, iterations=100)
+for batch in loader:
+    time.sleep(0.01)
+print("squatter done", flush=True)
+"""
+
+
+def test_a_slurm_name_taken_outside_that_slurm_job_is_refused(node, tmp_path):
+    """Issue "Install anywhere", item 3: a tenant who registers another's launcher-derived
+    name. The real step's master is in its job's cgroup (``job_J``) and is verified; a process
+    outside Slurm claiming ``slurm-J.0`` (``ADLOADER_NAME``, as anyone can set) is refused,
+    the reason naming where it is, and trains on without the daemon; the real job alone
+    carries the name."""
+    cluster, daemon, env = node
+    batch = tmp_path / "train.sbatch"
+    batch.write_text("#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --output=" + str(tmp_path)
+                     + "/slurm-%j.out\n"
+                     f"srun {sys.executable} -m adloader run -- {sys.executable} "
+                     f"{_script(tmp_path)} 1000000\n")
+    submitted = subprocess.run(["sbatch", "--parsable", str(batch)], env=env, text=True,
+                               capture_output=True, timeout=60, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr + cluster.logs()
+    job = submitted.stdout.strip().split(";")[0]
+    name = f"slurm-{job}.0"
+    try:
+        [real] = wait_for(lambda: [v for v in _named(daemon, name)
+                                   if (v["iteration"] or 0) > 5], 120,
+                          f"{name} to train under the daemon")
+        [attached] = [e for e in daemon.events(job=real["id"]) if e["kind"] == "attached"]
+        assert attached["data"]["name_verified"] is True, attached
+        squat = tmp_path / "squat.py"
+        squat.write_text(SQUATTER)
+        outside = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
+        done = subprocess.run([sys.executable, str(squat)],
+                              env={**outside, "ADLOADER_NAME": name, "ADLOADER_JOB": "squat-1",
+                                   "ADLOADER_JOB_TOKEN": "squat-token"},
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0 and "squatter done" in done.stdout, done.stderr
+        assert "refused" in done.stderr and f"Slurm job {job}" in done.stderr, done.stderr
+        refused = [e for e in daemon.events("refused") if e["data"]["job"] == "squat-1"]
+        assert refused and "not in that job" in refused[0]["data"]["reason"], refused
+        assert [v["id"] for v in _named(daemon, name)] == [real["id"]]
+        assert daemon.http.get("/v1/jobs/squat-1").status_code == 404
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True, timeout=60)

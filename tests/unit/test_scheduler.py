@@ -793,3 +793,20 @@ def test_a_job_confined_to_fewer_cpus_is_never_given_more_workers(paper_model, c
     for _ in range(3):  # heartbeats and later decisions keep it
         _beat_through(s, clock, COMPLETION_S)
         assert s.jobs["pinned"].state == "running" and s.jobs["pinned"].workers == 1
+
+
+def test_a_name_the_kernel_contradicts_is_refused_and_a_verified_one_is_said(paper_model, clock):
+    """The node's name check (``daemon.slurm_identity``) decides: False refuses the Register
+    (nothing is attached, the sender alone is answered); True or None attaches, said in the
+    event."""
+    verdicts = {"slurm-5.0": (False, "not in Slurm job 5"), "slurm-6.0": (True, "in job 6")}
+    s = Scheduler(capacity=CAPACITY, gpus=GPUS, policy="optimal", model=paper_model,
+                  tokens=TokenDigest(b"k" * 32), clock=clock,
+                  name_check=lambda name, pid: verdicts.get(name, (None, "not checked")))
+    out = s.message(peer("squatter"), register_msg("squatter", name="slurm-5.0"))
+    assert "squatter" not in s.jobs and out.send == [] and not out.changed
+    assert [m.reason for _, m in out.reply] == ["not in Slurm job 5"]
+    for job_id, name, verdict in (("real", "slurm-6.0", True), ("plain", "train.py", None)):
+        out = s.message(peer(job_id), register_msg(job_id, name=name))
+        assert s.jobs[job_id].state == "running"
+        assert out.events[0][1] == "attached" and out.events[0][2]["name_verified"] is verdict
