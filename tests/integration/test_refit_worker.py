@@ -61,8 +61,9 @@ def test_an_idle_worker_exits_and_the_next_fit_starts_another():
 
 
 def test_a_warm_worker_fits_without_importing_again():
-    """The CPU a refit costs the node once the worker is up: the fit alone (~0.3 CPU-s here),
-    not a fresh interpreter importing scikit-learn (~2.3 CPU-s here) as a one-shot child."""
+    """The CPU a refit costs the node once the worker is up: the fit alone (~1 CPU-s here
+    since each regressor is scored on five 60/40 splits; ~0.3 with one), not a fresh
+    interpreter importing scikit-learn (~2.3 CPU-s here) as a one-shot child."""
     request = _request(2)
     worker = RefitWorker()
     try:
@@ -78,4 +79,4 @@ def test_a_warm_worker_fits_without_importing_again():
         assert abs(fits_said / 3 - each) < 0.05 + 0.25 * each, (said, each)
     finally:
         worker.close()
-    assert each < 1.0, f"{each:.2f} CPU-s a fit"
+    assert each < 1.5, f"{each:.2f} CPU-s a fit"
