@@ -78,7 +78,8 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             completion_window_s=config.completion_window_s, heartbeat_s=config.heartbeat_s,
             lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
             cancel_grace_s=config.cancel_grace_s, clock=time.monotonic,
-            cpus_of=cpus_allowed, name_check=check_slurm_name)
+            cpus_of=cpus_allowed, name_check=self._name_check)
+        self._kernel_pid = 0  # the kernel's pid of the Register being read (0: none)
         self.launcher = Launcher(state, config.control_endpoint)
         self.outbox: collections.deque = collections.deque()
         self.counters = collections.Counter()
@@ -242,6 +243,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
         peer = self.broker.peer(identity) if isinstance(msg, Register) else None
         if peer is not None and peer.pid != msg.pid:  # the kernel's word over the job's
             msg = msg.model_copy(update={"pid": peer.pid})
+        self._kernel_pid = peer.pid if peer is not None else 0
         actions = self.scheduler.message(identity, msg)
         if actions.reply:
             self.counters["refused_messages"] += 1
@@ -250,6 +252,11 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
         elif peer is not None and self.shares is not None:  # a job started by hand: its group
             self.shares.adopt(self.scheduler.jobs.get(msg.job), peer)
         self._apply(actions)
+
+    def _name_check(self, name: str, pid: int) -> tuple[bool | None, str]:
+        """A Slurm name against the Slurm job its process is in — only a pid the kernel gave
+        (a ``tcp://`` job states its own, which could name a process inside another's job)."""
+        return check_slurm_name(name, pid if pid and pid == self._kernel_pid else 0)
 
     def _apply(self, actions: Actions) -> None:
         if self.node_cache is not None:
