@@ -52,7 +52,8 @@ class LiveJob:
     cpu_percent: float | None = None  # a launched job's processes, measured by the node
     cpu_s: float = 0.0  # their CPU seconds so far (a counter), measured by the node
     pid: int | None = None  # the job's own process: its supervisor's child, or its master's
-    cpus: int | None = None  # the CPUs its master's process may run on (its cpuset), if known
+    cpus: int | None = None  # the CPUs it is confined to (a strict subset of the node's) ...
+    cpu_share: float | None = None  # ... and their share of the node's CPUs
     busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
     wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
     rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (adloader.scheduling.correction)

@@ -23,13 +23,18 @@ log = logging.getLogger("adloader.daemon")
 ORPHAN_GRACE_S = 3.0  # a job whose supervisor died: its group's time to be seen gone
 
 
-def cpus_allowed(pid: int) -> int | None:
-    """How many CPUs the kernel lets process ``pid`` run on (its affinity: a Slurm step's
-    cpuset, a ``taskset``); None when it cannot be read (gone, another PID namespace)."""
+def cpu_share_of(pid: int) -> tuple[int, float] | None:
+    """(CPUs, their share of this daemon's CPUs) that the kernel lets process ``pid`` run
+    on, when that is a strict subset of the daemon's own (a Slurm step's cpuset, a
+    ``taskset``); None when it may run wherever the daemon does, or cannot be read (gone,
+    another PID namespace)."""
     try:
-        return len(os.sched_getaffinity(pid)) or None
+        job, node = os.sched_getaffinity(pid), os.sched_getaffinity(0)
     except OSError:
         return None
+    if not job or not job < node:
+        return None
+    return len(job), len(job) / len(node)
 
 
 class ProcessesMixin:

@@ -3,8 +3,9 @@ master embedded in each job reports to the daemon): a job started by hand attach
 first use of its token), a launched job's master says hello, a job declared lost speaks again.
 
 What the kernel says of the connecting process decides two things here: its Slurm name is
-checked against the Slurm job it is in (``daemon.slurm_identity``), and its workers are
-capped at the CPUs it may run on (its affinity). Both lookups are the node's
+checked against the Slurm job it is in (``daemon.slurm_identity``), and, when it may run on
+only part of the node's CPUs (its affinity: a Slurm step's cpuset), its workers are capped
+at that part of the node's (``Scheduler.max_workers``). Both lookups are the node's
 (``Scheduler(cpus_of=..., name_check=...)``): this module touches no process itself.
 """
 
@@ -32,22 +33,24 @@ class RegistrationMixin:
             return self._refuse(identity, msg, why, None)
         feats = msg.features
         free = max(0, self.capacity - self.node_workers())
-        cpus = self.cpus_of(msg.pid) if msg.pid else None
+        cpus, share = (self.cpus_of(msg.pid) if msg.pid else None) or (None, None)
         now = self.clock()
         job = LiveJob(msg.job, self.tokens.digest(msg.token), feats.batch_size, feats.gpus,
                       feats.flops_g, feats.params_m, feats.iterations, msg.requested,
                       "attached", state="running",
-                      workers=min(max(msg.workers, 1), max(free, 1), cpus or self.capacity),
+                      workers=min(max(msg.workers, 1), max(free, 1)),
                       gpu_ids=tuple(range(min(feats.gpus, self.gpus))), last_seen=now,
                       submitted=now, registered=True, supervisor=msg.supervisor,
                       peer=identity, name=msg.name or "", data=msg.data, pid=msg.pid or None,
-                      protocol=msg.protocol or 0, cpus=cpus)
+                      protocol=msg.protocol or 0, cpus=cpus, cpu_share=share)
+        job.workers = min(job.workers, self.max_workers(job) or job.workers)
         self.jobs[job.id] = job
         self._open(self.arrival_window_s)
         job.seq += 1
         return Actions(changed=[job], events=[(job.id, "attached", {
                            "workers": job.workers, "pid": msg.pid, "cpu_group": msg.cpu_group,
                            "supervisor": msg.supervisor, "cpus": cpus,
+                           "max_workers": self.max_workers(job),
                            "name_verified": verified})],
                        send=[(job.id, Allocation(seq=job.seq, workers=job.workers,
                                                  heartbeat_s=self.heartbeat_s))])
@@ -69,14 +72,13 @@ class RegistrationMixin:
         job.registered, job.data, job.protocol = True, msg.data, msg.protocol or 0
         if job.supervisor != "launcher":  # a launched job's own pid comes from its supervisor
             job.pid = msg.pid or None
-        job.cpus = self.cpus_of(msg.pid) if msg.pid else None
+        job.cpus, job.cpu_share = (self.cpus_of(msg.pid) if msg.pid else None) or (None, None)
         if job.state in WAITING:  # registered before it was planned: run what it has
             job.state, job.workers = "running", min(max(msg.workers, 1), self.capacity)
-        if job.cpus is not None and job.workers > job.cpus:
-            job.workers = job.cpus
+        job.workers = min(job.workers, self.max_workers(job) or job.workers)
         job.seq += 1
-        out = Actions(changed=[job], events=[(job.id, "registered", {"pid": msg.pid,
-                                                                     "cpus": job.cpus})],
+        out = Actions(changed=[job], events=[(job.id, "registered", {
+                          "pid": msg.pid, "cpus": job.cpus, "max_workers": self.max_workers(job)})],
                       send=[(job.id, Allocation(seq=job.seq, workers=job.workers,
                                                 heartbeat_s=self.heartbeat_s))])
         if job.cancel_at is not None:  # cancelled before its master was there to ask

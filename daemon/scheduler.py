@@ -18,6 +18,7 @@ How a job ends — truthfully — is ``daemon.endings``; how a master registers,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from adloader.errors import ConflictError
@@ -63,7 +64,7 @@ class Scheduler(RegistrationMixin, EndingsMixin):
                  completion_window_s: float = 30.0, heartbeat_s: float = 1.0,
                  lost_timeout_s: float = 3.0, max_jobs_per_gpu: int = 2,
                  cancel_grace_s: float = 10.0, clock: Callable[[], float],
-                 cpus_of: Callable[[int], int | None] | None = None,
+                 cpus_of: Callable[[int], tuple[int, float] | None] | None = None,
                  name_check: Callable[[str, int], tuple[bool | None, str]] | None = None):
         self.capacity, self.gpus = capacity, gpus
         self.policy = get_policy(policy)  # this node's own: its state (ftf's shadow) lives here
@@ -77,8 +78,9 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         self.cancel_grace_s = cancel_grace_s
         self.exit_wait_s = max(4 * lost_timeout_s, 5.0)  # for the supervisor after Finish
         self.clock = clock
-        # the CPUs a process may run on (the kernel's affinity of a job's master): its most
-        # workers; None: not known (no cap)
+        # (CPUs, share of the node's) a process is confined to (the kernel's affinity of a
+        # job's master, where it is part of the node's): its part of the workers at most;
+        # None: it runs wherever the daemon does, or not known (no cap)
         self.cpus_of = cpus_of or (lambda pid: None)
         # a launcher-derived name against what the kernel says of the process (a Slurm job's
         # cgroup): False refuses it, None is not checked (``daemon.slurm_identity``)
@@ -243,8 +245,15 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         return [PlanJob(j.id, j.batch_size, j.gpus, j.flops_g, j.params_m, j.remaining_samples,
                         j.state in ACTIVE, j.workers, j.gpu_ids, j.requested, j.rate_scale,
                         length_known=bool(j.iterations), started=j.iteration > 0,
-                        cpus=j.cpus)
+                        max_workers=self.max_workers(j))
                 for j in jobs]
+
+    def max_workers(self, job: LiveJob) -> int | None:
+        """A job confined to part of the node's CPUs gets at most that part of its workers
+        (a step on 1 of 8 cores, of 24 workers: 3); None: no cap."""
+        if job.cpu_share is None:
+            return None
+        return max(1, math.ceil(self.capacity * job.cpu_share - 1e-9))
 
     def _plan(self, jobs: list[LiveJob]):
         return plan(self._views(jobs), capacity=self.capacity, gpus=self.gpus,

@@ -47,7 +47,7 @@ class PlanJob:
     rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (``adloader.scheduling.correction``)
     length_known: bool = True  # it stated its iterations (``ftf`` plans on them)
     started: bool = True  # it has trained a batch: its start-up (no worker shortens it) is over
-    cpus: int | None = None  # the CPUs it may run on (a Slurm step's cpuset): its most workers
+    max_workers: int | None = None  # confined to part of the node's CPUs: its most workers
 
 
 @dataclass
@@ -188,9 +188,9 @@ def plan(
         workers = policy([d for _, d in fresh], capacity - fixed, table) if fresh \
             else {}
         workers.update({j.name: j.workers for j in running})
-    for job in active:  # a job confined to fewer CPUs gains nothing from more workers
-        if job.cpus is not None and workers.get(job.name, 0) > job.cpus:
-            workers[job.name] = max(job.cpus, 1)
+    for job in active:  # a job confined to part of the CPUs: at most its part of the workers
+        if job.max_workers is not None and workers.get(job.name, 0) > job.max_workers:
+            workers[job.name] = max(job.max_workers, 1)
     node = sum(workers.values())
     for job, demand in zip(active, wanted, strict=True):
         d = workers.get(job.name, 0)

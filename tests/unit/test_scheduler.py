@@ -759,7 +759,7 @@ def test_a_heartbeat_lying_about_its_steps_moves_its_own_correction_only_within_
     assert liar.rate_scale == LIMITS[1] and sched.jobs["j-000002"].rate_scale == 1.0
 
 
-def _attached_pair(paper_model, clock, cpus: dict[int, int]) -> Scheduler:
+def _attached_pair(paper_model, clock, cpus: dict[int, tuple[int, float]]) -> Scheduler:
     s = Scheduler(capacity=CAPACITY, gpus=GPUS, policy="optimal", model=paper_model,
                   tokens=TokenDigest(b"k" * 32), arrival_window_s=ARRIVAL_S,
                   completion_window_s=COMPLETION_S, heartbeat_s=1.0, lost_timeout_s=LOST_S,
@@ -781,18 +781,31 @@ def _beat_through(s: Scheduler, clock: Clock, seconds: float) -> None:
 
 
 def test_a_job_confined_to_fewer_cpus_is_never_given_more_workers(paper_model, clock):
-    """A Slurm step (or a ``taskset``) on one CPU gains nothing from a second worker: the
-    kernel's affinity of its master caps it, at attach and at every plan; the other job is
-    planned as before."""
+    """A Slurm step (or a ``taskset``) on 1 of the node's 8 CPUs gets at most 1/8 of its 8
+    workers: the kernel's affinity of its master caps it, at attach and at every plan; the
+    other job (running wherever the daemon does) is planned as before."""
     uncapped = _attached_pair(paper_model, Clock(), {})
     assert uncapped.jobs["pinned"].workers > 1  # what the plan gives it without the cap
-    s = _attached_pair(paper_model, clock, {1001: 1})
+    s = _attached_pair(paper_model, clock, {1001: (1, 1 / 8)})
     assert s.jobs["pinned"].cpus == 1 and s.jobs["free"].cpus is None
+    assert s.max_workers(s.jobs["pinned"]) == 1 and s.max_workers(s.jobs["free"]) is None
     assert s.jobs["pinned"].workers == 1
     assert s.jobs["free"].workers == uncapped.jobs["free"].workers
     for _ in range(3):  # heartbeats and later decisions keep it
         _beat_through(s, clock, COMPLETION_S)
         assert s.jobs["pinned"].state == "running" and s.jobs["pinned"].workers == 1
+
+
+@pytest.mark.parametrize("share, capacity, most", [(0.5, 6, 3), (1 / 8, 24, 3), (1 / 3, 4, 2),
+                                                    (1 / 64, 8, 1)])
+def test_a_confined_job_gets_its_part_of_the_workers(paper_model, clock, share, capacity,
+                                                     most):
+    """Its share of the node's CPUs × the node's workers, rounded up, at least 1: a node run
+    with more workers than cores (loaders that wait on I/O) keeps that ratio for it."""
+    s = Scheduler(capacity=capacity, gpus=GPUS, policy="optimal", model=paper_model,
+                  tokens=TokenDigest(b"k" * 32), clock=clock)
+    job = LiveJob("j", "t", 32, 1, 3.63, 11.7, 200, cpus=1, cpu_share=share)
+    assert s.max_workers(job) == most
 
 
 def test_a_name_the_kernel_contradicts_is_refused_and_a_verified_one_is_said(paper_model, clock):
