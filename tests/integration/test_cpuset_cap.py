@@ -40,7 +40,6 @@ def _alone(daemon, cmd, job: str, prefix: list[str]) -> list[int]:
                             stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: (daemon.job(job) or {}).get("iteration"), 60, f"{job} to train")
-        wait_for(lambda: daemon.events("plan"), 30, "a plan")
         wait_for(lambda: daemon.events("resize", job) or daemon.job(job)["workers"] > 1, 30,
                  f"a plan for {job}")
         return [daemon.events("attached", job)[0]["data"]["workers"],

@@ -55,6 +55,21 @@ def _script(tmp_path: Path) -> Path:
     return path
 
 
+def _sbatch_training(cluster, env, tmp_path: Path) -> str:
+    """An sbatch job whose one srun step trains (nearly) forever under ``adloader run``; its
+    Slurm job id."""
+    batch = tmp_path / "train.sbatch"
+    batch.write_text("#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --output=" + str(tmp_path)
+                     + "/slurm-%j.out\n"
+                     f"srun {sys.executable} -m adloader run -- {sys.executable} "
+                     f"{_script(tmp_path)} 1000000\n")
+    submitted = subprocess.run(["sbatch", "--parsable", str(batch)], env=env, text=True,
+                               capture_output=True, timeout=60, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr + cluster.logs()
+    job = submitted.stdout.strip().split(";")[0]
+    return job
+
+
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_srun_runs_a_job_the_daemon_knows_by_its_slurm_ids(node, tmp_path, tasks):
     cluster, daemon, env = node
@@ -75,15 +90,7 @@ def test_srun_runs_a_job_the_daemon_knows_by_its_slurm_ids(node, tmp_path, tasks
 def test_scancel_of_an_sbatch_job_ends_it_at_a_batch_boundary_recorded_cancelled(node,
                                                                                  tmp_path):
     cluster, daemon, env = node
-    batch = tmp_path / "train.sbatch"
-    batch.write_text("#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --output=" + str(tmp_path)
-                     + "/slurm-%j.out\n"
-                     f"srun {sys.executable} -m adloader run -- {sys.executable} "
-                     f"{_script(tmp_path)} 1000000\n")
-    submitted = subprocess.run(["sbatch", "--parsable", str(batch)], env=env, text=True,
-                               capture_output=True, timeout=60, cwd=tmp_path)
-    assert submitted.returncode == 0, submitted.stderr + cluster.logs()
-    job = submitted.stdout.strip().split(";")[0]
+    job = _sbatch_training(cluster, env, tmp_path)
     name = f"slurm-{job}.0"  # the batch script's first srun: step 0
     [running] = wait_for(lambda: [v for v in _named(daemon, name)
                                   if (v["iteration"] or 0) > 10], 120,
@@ -123,15 +130,7 @@ def test_a_slurm_name_taken_outside_that_slurm_job_is_refused(node, tmp_path):
     the reason naming where it is, and trains on without the daemon; the real job alone
     carries the name."""
     cluster, daemon, env = node
-    batch = tmp_path / "train.sbatch"
-    batch.write_text("#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --output=" + str(tmp_path)
-                     + "/slurm-%j.out\n"
-                     f"srun {sys.executable} -m adloader run -- {sys.executable} "
-                     f"{_script(tmp_path)} 1000000\n")
-    submitted = subprocess.run(["sbatch", "--parsable", str(batch)], env=env, text=True,
-                               capture_output=True, timeout=60, cwd=tmp_path)
-    assert submitted.returncode == 0, submitted.stderr + cluster.logs()
-    job = submitted.stdout.strip().split(";")[0]
+    job = _sbatch_training(cluster, env, tmp_path)
     name = f"slurm-{job}.0"
     try:
         [real] = wait_for(lambda: [v for v in _named(daemon, name)
