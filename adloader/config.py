@@ -41,6 +41,7 @@ class DaemonConfig:
     metrics_listen: str = ""  # HOST:PORT of a listener serving GET /metrics alone ("" = none)
     node_cache_mb: int = 0  # node cache shared by the jobs that read one dataset (0 = none)
     cpu_shares: str = ""  # cgroup parent of the jobs' CPU groups ("" = no groups)
+    cpu_share_rule: str = "workers"  # host.cpu_share.RULES: weights by workers, or in turn
     retain_days: float = 7.0  # ended jobs, their events and logs are kept this long ...
     retain_jobs: int = 10000  # ... and at most this many ended jobs (the oldest go first)
     retain_events: int = 200000  # events kept at most, the node's own included
@@ -124,6 +125,11 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
     from adloader.scheduling.policies import get_policy
 
     get_policy(cfg.policy)  # an unknown name stops here, not in the scheduling loop
+    from adloader.host.cpu_share import RULES
+
+    if cfg.cpu_share_rule not in RULES:
+        raise InputError(f"setting 'cpu_share_rule' must be one of {', '.join(RULES)}, "
+                         f"got {cfg.cpu_share_rule!r}")
     if cfg.node_cache_mb < 0:
         raise InputError(f"setting 'node_cache_mb' must be 0 or more, got {cfg.node_cache_mb}")
     if not cfg.retain_days > 0:

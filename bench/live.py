@@ -215,12 +215,16 @@ def _daemon_run(cfg: LiveConfig, policy: str, round_: int, root: Path, profile: 
                 trace: Trace, capacity: int, per_gpu: int, size: dict) -> dict:
     """The mix once under a real daemon running ``policy``, measured as the baselines are:
     from the moment the replay starts to each job's last batch, rates from the jobs' reports.
-    ``POLICY+shares``: each job in a cgroup of its own, weighted by its workers (root)."""
-    label, shares = policy, policy.endswith(SHARES)
-    policy = policy.removesuffix(SHARES)
+    ``POLICY+shares``: each job in a cgroup of its own, weighted by its workers (root);
+    ``POLICY+turn``: the same, a job held at one worker while others hold more weighted least
+    (``adloader.host.cpu_share``, the rule ``turn``)."""
+    label, rule = policy, SHARE_RULES.get("+" + policy.rpartition("+")[2])
+    shares = rule is not None
+    policy = policy.rpartition("+")[0] if shares else policy
     state, reports = root / f"state-{label}-{round_}", root / f"reports-{label}-{round_}"
     reports.mkdir(parents=True)
-    extra = ["--cpu-shares", f"adloader-live-{os.getpid()}"] if shares else []
+    extra = ["--cpu-shares", f"adloader-live-{os.getpid()}", "--cpu-share-rule", rule] \
+        if shares else []
     args = [*extra, "--policy", policy, "--capacity", str(capacity), "--gpus", str(trace.gpus),
             "--jobs-per-gpu", str(per_gpu), "--arrival-window", str(cfg.window_s),
             "--completion-window", str(cfg.window_s), "--heartbeat", str(cfg.heartbeat_s),
@@ -343,7 +347,8 @@ def simulated_baselines(cfg: LiveConfig, profile_path: Path, trace: Trace, capac
 
 LOADING = {"model": "d/D·L(D)", "measured": "surface"}  # each truth's loading, in a table
 WARM_UP_SCALE = 0.01  # the untimed warm-up run: a few iterations a job
-SHARES = "+shares"  # a policy run with each job's CPU share in a cgroup of its own
+# a policy run with each job's CPU share in a cgroup of its own, by this rule
+SHARE_RULES = {"+shares": "workers", "+turn": "turn"}
 REFERENCE = "no daemon: even"  # the even split a user sets by hand, on torch's own loader
 FIXED = tuple(f"no daemon: {s}" for s in ("requested", "even", "cores"))
 # issue 23's targets for a policy under the daemon, on medians of paired ratios

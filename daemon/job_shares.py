@@ -5,7 +5,10 @@ job has ended. A job started by hand (``adloader run``, ``attach``) is moved int
 when it registers: the process the kernel says connected (``SO_PEERCRED``, never the pid a
 job reports) and every process it has started, so its workers forked later start there.
 Off unless the ``cpu_shares`` setting names the groups' parent; a node where the groups
-cannot be made runs without them, and says so once."""
+cannot be made runs without them, and says so once. Under the rule ``turn``
+(``cpu_share_rule``) a job the plan holds at one worker while others hold more runs on the
+CPU they leave; while any job is held, the jobs' loading rates are not what the TPM's d/D
+split describes, so ``for_the_model`` keeps them out of the TPM's samples."""
 
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from collections.abc import Callable, Mapping
 import psutil
 
 from adloader.errors import StorageError
-from adloader.host.cpu_share import CpuShares
+from adloader.host.cpu_share import CpuShares, held
+from adloader.scheduling.samples import LoadingSample
 
 from .live import ACTIVE
 
@@ -33,9 +37,10 @@ def _started_s(pid: int) -> float:
 
 
 class JobShares:
-    def __init__(self, parent: str, record: Callable[[str | None, str, dict], None]):
+    def __init__(self, parent: str, record: Callable[[str | None, str, dict], None],
+                 rule: str = "workers"):
         self.groups: CpuShares | None = None
-        self.record = record
+        self.record, self.rule = record, rule
         self.written: dict[str, int] = {}
         try:
             self.groups = CpuShares(parent=parent)
@@ -102,9 +107,16 @@ class JobShares:
             self.written.pop(gone)
         if running and running != {k: self.written.get(k) for k in running}:
             try:
-                weights = self.groups.set_workers(running)
+                weights = self.groups.set_workers(running, self.rule)
             except OSError as exc:
                 log.error("CPU shares not written: %s", exc)
                 return
             self.written = dict(running)
-            self.record(None, "cpu_shares", {"weights": weights})
+            self.record(None, "cpu_shares", {"weights": weights, "rule": self.rule})
+
+    def for_the_model(self, samples: list) -> list:
+        """The TPM's samples of one turn, less loading rates taken while jobs are held under
+        the rule ``turn`` (they follow the weights then, not the workers)."""
+        if self.groups is None or self.rule != "turn" or not held(self.written):
+            return samples
+        return [s for s in samples if not isinstance(s[1], LoadingSample)]

@@ -98,7 +98,8 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
         self._next_cpu_read = 0.0  # the next reading of the jobs' CPU (CPU_READ_S)
         self.online = OnlineModel(prior, self.store, self.scheduler, self.lock,
                                   self._record_event, RefitWorker(str(state)))
-        self.shares = JobShares(config.cpu_shares, self._record_event) \
+        self.shares = JobShares(config.cpu_shares, self._record_event,
+                                config.cpu_share_rule) \
             if config.cpu_shares else None
         self.node_cache = (NodeCacheHost(config.node_cache_mb << 20, self._record_event,
                                          self.lock) if config.node_cache_mb else None)
@@ -269,7 +270,8 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             self._record_event(job_id, kind, data)
             if kind == "attached":
                 self._flag_cpu_group(job_id, data.get("cpu_group"))
-        self.online.take(actions.samples)
+        self.online.take(self.shares.for_the_model(actions.samples) if self.shares
+                         else actions.samples)
         for job_id, sig in actions.kill:
             if not self.launcher.signal(job_id, sig):
                 log.info("%s: no process group to signal", job_id)

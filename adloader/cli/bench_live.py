@@ -21,7 +21,7 @@ def _policies(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError("--policies: name at least one policy")
     for name in names:
         try:
-            get_policy(name.removesuffix("+shares"))
+            get_policy(name.removesuffix("+shares").removesuffix("+turn"))
         except InputError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return names
@@ -56,7 +56,8 @@ def live_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", type=_policies, default=None,
                    help="policies to run under the daemon, comma-separated (default "
                         "balance,ftf); POLICY+shares: each job in a cgroup of its own, "
-                        "weighted by its workers (root)")
+                        "weighted by its workers (root); POLICY+turn: the same, a job held at "
+                        "one worker while others hold more weighted least")
     p.add_argument("--baselines", type=_baselines, default=None,
                    help="no-daemon settings on torch's own DataLoader, comma-separated, or "
                         f"none (default {','.join(BASELINES)})")

@@ -16,7 +16,11 @@ One class for both hierarchies, found at ``root``:
   ``cpuacct`` is its own hierarchy, ``ROOT/cpuacct/PARENT/JOB`` for ``cpuacct.usage`` (ns).
 
 A job's weight is proportional to its workers (at least one): ``WEIGHT × d_i / mean(d)``
-keeps the node's total at the default, so jobs outside adloader's parent keep theirs.
+keeps the node's total at the default, so jobs outside adloader's parent keep theirs. That
+is the rule ``workers``. The rule ``turn`` makes a plan that runs the jobs in turn take
+effect: a job held at one worker while another job holds more gets the kernel's least
+weight, so its worker runs on the CPU the served jobs leave (their prefetch queues full)
+instead of a share of its own; the served jobs are weighted by their workers as before.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from adloader.errors import StorageError
 DEFAULT_ROOT = "/sys/fs/cgroup"
 V1_DEFAULT, V1_RANGE = 1024, (2, 262_144)
 V2_DEFAULT, V2_RANGE = 100, (1, 10_000)
+RULES = ("workers", "turn")  # how weights follow the allocation (see the module)
 
 
 def _write(path: Path, value: str) -> None:
@@ -38,14 +43,27 @@ def _write(path: Path, value: str) -> None:
         fh.write(value)
 
 
-def weights(workers: Mapping[str, int], default: int, bounds: tuple[int, int]) -> dict:
-    """Each job's weight: ``default × d_i / mean(d)``, d_i ≥ 1, within the kernel's bounds."""
+def held(workers: Mapping[str, int]) -> set[str]:
+    """The jobs a plan holds at one worker while another job holds more (rule ``turn``)."""
+    d = {k: max(1, int(v)) for k, v in workers.items()}
+    return {k for k, v in d.items() if v == 1} if d and max(d.values()) > 1 else set()
+
+
+def weights(workers: Mapping[str, int], default: int, bounds: tuple[int, int],
+            rule: str = "workers") -> dict:
+    """Each job's weight: ``default × d_i / mean(d)``, d_i ≥ 1, within the kernel's bounds;
+    under the rule ``turn`` a held job (``held``) gets the least, the others as before."""
+    if rule not in RULES:
+        raise ValueError(f"CPU share rule {rule!r}: one of {', '.join(RULES)}")
     if not workers:
         return {}
     d = {k: max(1, int(v)) for k, v in workers.items()}
-    mean = sum(d.values()) / len(d)
     lo, hi = bounds
-    return {k: min(hi, max(lo, round(default * v / mean))) for k, v in d.items()}
+    out = {k: lo for k in (held(d) if rule == "turn" else ())}
+    served = {k: v for k, v in d.items() if k not in out}
+    mean = sum(served.values()) / len(served)
+    return {**out, **{k: min(hi, max(lo, round(default * v / mean)))
+                      for k, v in served.items()}}
 
 
 class CpuShares:
@@ -96,12 +114,12 @@ class CpuShares:
         for d in self.prepare(job):
             _write(d / "cgroup.procs", str(int(pid)))
 
-    def set_workers(self, workers: Mapping[str, int]) -> dict[str, int]:
-        """Weights proportional to each job's workers; returns what was written."""
+    def set_workers(self, workers: Mapping[str, int], rule: str = "workers") -> dict[str, int]:
+        """Weights following each job's workers by ``rule``; returns what was written."""
         knob, bounds = ("cpu.weight", V2_RANGE) if self.version == 2 else \
             ("cpu.shares", V1_RANGE)
         out = weights({k: v for k, v in workers.items() if (self.base / k).is_dir()},
-                      self.default, bounds)
+                      self.default, bounds, rule)
         for job, w in out.items():
             _write(self.base / job / knob, str(w))
         return out

@@ -6,6 +6,7 @@ controller: skipped without them, except under CI=true, where it must run."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -75,6 +76,39 @@ def test_weights_follow_the_workers_and_keep_the_node_total():
     assert weights({"a": 0, "b": 1}, 100, (1, 10_000)) == {"a": 100, "b": 100}  # ≥ 1 worker
     assert weights({"a": 1, "b": 10**6}, 100, (1, 10_000))["b"] == 200  # within bounds
     assert weights({}, 100, (1, 10_000)) == {}
+
+
+def test_the_turn_rule_weights_a_held_job_least():
+    w = weights({"a": 4, "b": 1, "c": 1}, 1024, (2, 262_144), "turn")
+    assert w == {"a": 1024, "b": 2, "c": 2}
+    w = weights({"a": 3, "b": 2, "c": 1}, 100, (1, 10_000), "turn")
+    assert w == {"a": 120, "b": 80, "c": 1}
+    even = {"a": 2, "b": 2}  # no job holds more: nobody is held, the rule `workers` applies
+    assert weights(even, 1024, (2, 262_144), "turn") == weights(even, 1024, (2, 262_144))
+    assert weights({"a": 1, "b": 1}, 100, (1, 10_000), "turn") == {"a": 100, "b": 100}
+    with pytest.raises(ValueError, match="turn"):
+        weights(even, 100, (1, 10_000), "fifo")
+
+
+def test_a_held_job_runs_on_the_cpu_the_served_job_leaves(shares):
+    """The rule ``turn``: one spinning process held at one worker beside a served job whose
+    two spin on the same CPU gets almost nothing (a share of its own under ``workers``:
+    a third); once the served job's processes sleep, it gets the whole CPU."""
+    procs = {"served": _burn(2), "held": _burn(1)}
+    try:
+        for job, ps in procs.items():
+            for p in ps:
+                shares.add(job, p.pid)
+        shares.set_workers({"served": 2, "held": 1})
+        assert _share_of(procs, shares, 2.0)["held"] == pytest.approx(1 / 3, rel=0.10)
+        assert shares.set_workers({"served": 2, "held": 1}, "turn")["held"] == 2
+        assert _share_of(procs, shares, 3.0)["held"] < 0.02
+        for p in procs["served"]:
+            p.send_signal(signal.SIGSTOP)  # a served job whose prefetch queues are full
+        used = _usage_over(shares, ["held"], 2.0)["held"]
+        assert used > 0.9 * 2.0, used  # work-conserving: the CPU left goes to the held job
+    finally:
+        _stop(p for ps in procs.values() for p in ps)
 
 
 def test_cpu_seconds_follow_the_allocation(shares):

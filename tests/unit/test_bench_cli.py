@@ -184,6 +184,9 @@ def test_live_takes_its_baselines_and_policies_with_cpu_shares():
     assert _parse("live", "--baselines", "even,autotune").baselines == ("even", "autotune")
     assert _parse("live", "--baselines", "none").baselines == ()
     assert _parse("live", "--policies", "ftf+shares").policies == ("ftf+shares",)
+    assert _parse("live", "--policies", "ftf+turn").policies == ("ftf+turn",)
+    with pytest.raises(SystemExit):
+        _parse("live", "--policies", "fastest+turn")
     with pytest.raises(SystemExit):
         _parse("live", "--baselines", "sometimes")
 
