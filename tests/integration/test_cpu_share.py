@@ -160,10 +160,11 @@ def test_v2_files_are_written_as_the_kernel_reads_them(tmp_path):
 
 
 @pytest.fixture
-def sharing_daemon(tmp_path, monkeypatch):
-    """A real daemon with ``--cpu-shares`` (policy ``requested``), and a view of its groups.
-    A job is lost only after 60 s without a heartbeat: a master starved by its own spinning
-    processes on one CPU must not end its job (and its group) in the middle of a reading."""
+def sharing_daemon(tmp_path, monkeypatch, request):
+    """A real daemon with ``--cpu-shares`` (policy ``requested``; the share rule the test
+    names as its parameter, else ``workers``), and a view of its groups. A job is lost only
+    after 60 s without a heartbeat: a master starved by its own spinning processes on one
+    CPU must not end its job (and its group) in the middle of a reading."""
     from daemon_harness import Daemon
 
     from adloader import env
@@ -172,8 +173,10 @@ def sharing_daemon(tmp_path, monkeypatch):
 
     parent = f"adloader-test-{uuid.uuid4().hex[:8]}"
     probe = cpu_shares_here(parent)
+    rule = getattr(request, "param", "workers")
     d = Daemon(tmp_path / "state", capacity=4,
-               extra=("--policy", "requested", "--cpu-shares", parent)).start()
+               extra=("--policy", "requested", "--cpu-shares", parent,
+                      "--cpu-share-rule", rule)).start()
     try:
         yield d, probe
     finally:
@@ -205,6 +208,26 @@ def test_the_daemon_puts_each_job_in_a_group_weighted_by_its_workers(sharing_dae
     wait_for(lambda: not (probe.base / small).exists(), 30, "its group dropped")
     d.http.delete(f"/v1/jobs/{big}")
     wait_for(lambda: d.state(big) == "cancelled", 60, "the big job cancelled")
+
+
+@pytest.mark.parametrize("sharing_daemon", ["turn"], indirect=True)
+def test_under_the_turn_rule_the_daemon_weights_a_held_job_least(sharing_daemon):
+    """``--cpu-share-rule turn``: the job the plan holds at one worker beside one with 3 is
+    written the kernel's least weight, and the event names the rule."""
+    from daemon_harness import wait_for
+
+    d, probe = sharing_daemon
+    held = d.submit("held", iterations=400, workers=1, step_scale=3.0)
+    served = d.submit("served", iterations=400, workers=3, step_scale=3.0)
+    wait_for(lambda: {d.state(held), d.state(served)} == {"running"}, 60, "both running")
+    wait_for(lambda: any(e["data"]["weights"].get(held) for e in d.events("cpu_shares")),
+             30, "both weights written")
+    least = 2 if probe.version == 1 else 1
+    assert (probe.weight(held), probe.weight(served)) == (least, probe.default)
+    assert d.events("cpu_shares")[-1]["data"]["rule"] == "turn"
+    for job in (held, served):
+        d.http.delete(f"/v1/jobs/{job}")
+    wait_for(lambda: {d.state(held), d.state(served)} == {"cancelled"}, 60, "both cancelled")
 
 
 HAND_STARTED = """
