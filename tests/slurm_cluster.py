@@ -1,8 +1,10 @@
-"""A real one-node Slurm cluster for a test: munge, slurmctld and slurmd from Debian's packages
+"""A real Slurm cluster for a test: munge, slurmctld and slurmd from Debian's packages
 (``slurm-wlm``, ``munge``), started as root with a slurm.conf written for the test, the
 configuration docs/slurm.md supports (``ProctrackType=proctrack/cgroup``,
-``TaskPlugin=task/cgroup``, cgroup v1 or v2). Needs root and the packages: ``cannot`` (skip,
-or fail under CI=true) otherwise.
+``TaskPlugin=task/cgroup``, cgroup v1 or v2). One node, this host; or ``nodes`` of them, all
+on this host — one slurmd each (``slurmd -N n1``), its own port, spool, pid and log file
+(``%n``), as Slurm runs several slurmd on one host (Debian's 22.05 build runs them). Needs
+root and the packages: ``cannot`` (skip, or fail under CI=true) otherwise.
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ def start_munge() -> None:
 
 
 class SlurmCluster:
-    """slurmctld and one slurmd (this host) under ``work``; ``env`` is what srun/sbatch/scancel
-    need (``SLURM_CONF``)."""
+    """slurmctld and one slurmd (this host; with ``nodes``, one each for n1, n2, …) under
+    ``work``; ``env`` is what srun/sbatch/scancel need (``SLURM_CONF``)."""
 
-    def __init__(self, work: Path, kill_wait_s: int = 30, oversubscribe: int = 0) -> None:
+    def __init__(self, work: Path, kill_wait_s: int = 30, oversubscribe: int = 0,
+                 nodes: int = 0) -> None:
         if os.geteuid() != 0:
             cannot("Slurm's daemons run as root here")
         for tool in ("slurmctld", "slurmd", "srun", "sbatch", "scancel", "munged", "sinfo"):
@@ -58,7 +61,8 @@ class SlurmCluster:
                 cannot(f"no {tool} (apt-get install slurm-wlm munge)")
         self.work = Path(work)
         self.host = socket.gethostname()
-        for sub in ("state", "spool", "log"):
+        self.nodes = [f"n{i + 1}" for i in range(nodes)]
+        for sub in ("state", "spool", "log", *(f"spool-{n}" for n in self.nodes)):
             (self.work / sub).mkdir(parents=True, exist_ok=True)
         self.conf = self.work / "slurm.conf"
         self.conf.write_text(self._conf(kill_wait_s, oversubscribe))
@@ -70,30 +74,45 @@ class SlurmCluster:
     def _conf(self, kill_wait_s: int, oversubscribe: int) -> str:
         shared = f" OverSubscribe=FORCE:{oversubscribe}" if oversubscribe else ""
         w = self.work
+        if self.nodes:  # several slurmd on this host: each its own port and files (%n)
+            cpus = max(1, (os.cpu_count() or 1) // len(self.nodes))
+            node_lines = [f"NodeName={n} NodeHostname={self.host} NodeAddr=127.0.0.1 "
+                          f"Port={free_port()} CPUs={cpus} RealMemory=500 State=UNKNOWN"
+                          for n in self.nodes]
+            slurmd = [f"SlurmdSpoolDir={w}/spool-%n", f"SlurmdPidFile={w}/slurmd-%n.pid",
+                      f"SlurmdLogFile={w}/log/slurmd-%n.log"]
+        else:
+            node_lines = [f"NodeName={self.host} CPUs={os.cpu_count()} RealMemory=1000 "
+                          "State=UNKNOWN"]
+            slurmd = [f"SlurmdSpoolDir={w}/spool", f"SlurmdPidFile={w}/slurmd.pid",
+                      f"SlurmdLogFile={w}/log/slurmd.log", f"SlurmdPort={free_port()}"]
         return "\n".join([
             "ClusterName=adloader-test", f"SlurmctldHost={self.host}",
             "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
-            f"StateSaveLocation={w}/state", f"SlurmdSpoolDir={w}/spool",
-            f"SlurmctldPidFile={w}/slurmctld.pid", f"SlurmdPidFile={w}/slurmd.pid",
-            f"SlurmctldLogFile={w}/log/slurmctld.log", f"SlurmdLogFile={w}/log/slurmd.log",
-            f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
+            f"StateSaveLocation={w}/state", *slurmd,
+            f"SlurmctldPidFile={w}/slurmctld.pid",
+            f"SlurmctldLogFile={w}/log/slurmctld.log", f"SlurmctldPort={free_port()}",
             "ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup",
             "SchedulerType=sched/builtin", "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core", "ReturnToService=2", "MpiDefault=none",
             f"KillWait={kill_wait_s}", "JobAcctGatherType=jobacct_gather/none",
-            f"NodeName={self.host} CPUs={os.cpu_count()} RealMemory=1000 State=UNKNOWN",
+            *node_lines,
             f"PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP{shared}",
             ""])
 
     def start(self) -> SlurmCluster:
         start_munge()
-        for daemon in ("slurmctld", "slurmd"):  # -D: in the foreground, ours to stop
-            log = open(self.work / "log" / f"{daemon}.out", "wb")  # noqa: SIM115
-            self.procs.append(subprocess.Popen([daemon, "-D", "-f", str(self.conf)],
+        daemons = [("slurmctld", []), *([("slurmd", ["-N", n]) for n in self.nodes]
+                                          or [("slurmd", [])])]
+        for daemon, args in daemons:  # -D: in the foreground, ours to stop
+            log = open(self.work / "log" / f"{daemon}{''.join(args[1:])}.out", "wb")  # noqa: SIM115
+            self.procs.append(subprocess.Popen([daemon, "-D", *args, "-f", str(self.conf)],
                                                env=self.env, stdout=log, stderr=log))
+        want = max(1, len(self.nodes))
         try:
-            wait_for(lambda: "idle" in run(["sinfo", "-h", "-o", "%t"], env=self.env).stdout,
-                  90, "the node to be idle in Slurm")
+            wait_for(lambda: run(["sinfo", "-h", "-N", "-o", "%t"],
+                                 env=self.env).stdout.split().count("idle") == want,
+                     90, "every node to be idle in Slurm")
         except AssertionError:
             self.stop()
             raise AssertionError("Slurm did not come up: " + self.logs()) from None

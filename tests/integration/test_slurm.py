@@ -153,3 +153,47 @@ def test_a_slurm_name_taken_outside_that_slurm_job_is_refused(node, tmp_path):
         assert daemon.http.get("/v1/jobs/squat-1").status_code == 404
     finally:
         subprocess.run(["scancel", job], env=env, capture_output=True, timeout=60)
+
+
+NODE_ENV = """#!/bin/sh
+# one srun task: the daemon of the Slurm node it landed on (several slurmd on this host)
+case "$SLURMD_NODENAME" in
+{cases}
+esac
+exec {python} -m adloader run -- {python} {script} 30
+"""
+
+
+def test_a_step_over_two_slurm_nodes_is_one_name_with_a_part_under_each_node_s_daemon(
+        tmp_path):
+    """Two slurmd on this host (nodes n1 and n2, as Slurm runs several on one host), a daemon
+    for each, and ``srun -N2 -n2 adloader run -- python train.py``: each node's task
+    registers with its own node's daemon, both parts carry the step's name
+    ``slurm-J.S``, verified against Slurm's cgroups, and both end finished."""
+    cluster = SlurmCluster(tmp_path / "slurm", nodes=2).start()
+    daemons = {n: Daemon(tmp_path / f"state-{n}").start() for n in cluster.nodes}
+    try:
+        cases = "\n".join(f'{n}) export ADLOADER_STATE_DIR="{d.state_dir}" '
+                          f'ADLOADER_ENDPOINT="{d.endpoint}" ;;' for n, d in daemons.items())
+        task = tmp_path / "task.sh"
+        task.write_text(NODE_ENV.format(cases=cases, python=sys.executable,
+                                        script=_script(tmp_path)))
+        task.chmod(0o755)
+        done = subprocess.run(["srun", "-N2", "-n2", str(task)], env=cluster.env,
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+        assert done.stdout.count("done") == 2
+        job, step = re.search(r"SLURM (\d+) (\d+)", done.stdout).groups()
+        name = f"slurm-{job}.{step}"
+        for node, daemon in daemons.items():
+            [view] = wait_for(lambda d=daemon: [v for v in _named(d, name)
+                                                if v["state"] == "finished"],
+                              30, f"{name} finished in {node}'s daemon")
+            assert view["exit_code"] == 0 and view["iteration"] == 30
+            assert len(daemon.http.get("/v1/jobs").json()) == 1  # its node's part alone
+            [attached] = [e for e in daemon.events(job=view["id"]) if e["kind"] == "attached"]
+            assert attached["data"]["name_verified"] is True, attached
+    finally:
+        cluster.stop()
+        for d in daemons.values():
+            d.stop()
