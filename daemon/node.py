@@ -49,7 +49,7 @@ from .tokens import TokenDigest
 log = logging.getLogger("adloader.daemon")
 STORE_CHECK_S = 2.0  # how often the daemon looks whether its state file is still there
 CPU_READ_S = 6.0  # how often each job's CPU is read (a pass over the node's processes)
-LOCK_CHUNK = 64  # messages handled under one hold of the node's lock
+LOCK_CHUNK = 8  # messages handled under one hold of the node's lock
 HOUSEKEEPING_S = 0.05  # the scheduler's clock ticks at most this often ...
 IDLE_TICK_S = 0.25  # ... and at least this often: faster only while something is due
 EMULATED_GPUS = 4  # without CUDA: the paper's node (jobs emulate their GPU steps)
@@ -162,6 +162,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
                 with self.lock:
                     for identity, msg in received[start:start + LOCK_CHUNK]:
                         self._guarded("message", self._receive, identity, msg)
+                time.sleep(0)  # the GIL to a request waiting for the lock, before the next
             now = time.monotonic()
             if now >= next_tick:  # O(jobs): not once per message when a thousand arrive
                 next_tick = now + HOUSEKEEPING_S
