@@ -175,24 +175,31 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 # -- jobs, cancel, pause, resume, logs -----------------------------------------------------
-def _when(t: float | None) -> str:
-    return "—" if t is None else time.strftime("%m-%d %H:%M:%S", time.localtime(t))
+def _when(t: float | None, plain: bool = False) -> str:
+    """A time as a terminal reads it, or piped one field (ISO 8601, local time)."""
+    return "—" if t is None else time.strftime(
+        "%Y-%m-%dT%H:%M:%S" if plain else "%m-%d %H:%M:%S", time.localtime(t))
 
 
-def _model_or_features(spec: dict) -> str:
+def _model_or_features(spec: dict, plain: bool = False) -> str:
     if spec.get("model"):
         return spec["model"]
     f = spec.get("features") or {}
-    return f"{f.get('flops_g', 0):g} GF, {f.get('params_m', 0):g} M"
+    return (f"{f.get('flops_g', 0):g}GF/{f.get('params_m', 0):g}M" if plain
+            else f"{f.get('flops_g', 0):g} GF, {f.get('params_m', 0):g} M")
 
 
 def _or_dash(value: Any, fmt: str = "{}") -> str:
     return "—" if value is None else fmt.format(value)
 
 
-def job_rows(jobs: list[dict], wide: bool = False) -> tuple[list[str], list[list]]:
+def job_rows(jobs: list[dict], wide: bool = False,
+             plain: bool = False) -> tuple[list[str], list[list]]:
     """(columns, a row per job): id, name, state, model, b, n, workers, iteration,
-    samples/s, submitted, exit, pids; ``wide`` adds CPU %, start, end and how it ended."""
+    samples/s, submitted, exit, pids; ``wide`` adds CPU %, start, end and how it ended.
+    ``plain`` (piped): every cell but the last column's one field, as ``awk`` splits them —
+    times in ISO 8601, a failed job's state without its reason (``-o wide``: the last
+    column)."""
     columns = ["id", "name", "state", "model", "batch", "GPUs", "workers", "iteration",
                "samples/s", "submitted", "exit", "pid", "supervisor"]
     if wide:
@@ -200,16 +207,18 @@ def job_rows(jobs: list[dict], wide: bool = False) -> tuple[list[str], list[list
     rows = []
     for job in jobs:
         spec = job.get("spec") or {}
-        ended = job.get("reason") if job["state"] in ("failed", "lost") else None
+        ended = job.get("reason") if job["state"] in ("failed", "lost") and not plain \
+            else None
         row = [job["id"], job["name"], job["state"] + (f" ({ended})" if ended else ""),
-               _model_or_features(spec), _or_dash(spec.get("batch_size")),
+               _model_or_features(spec, plain), _or_dash(spec.get("batch_size")),
                _or_dash(spec.get("gpus")), _or_dash(job.get("workers")),
                _or_dash(job.get("iteration")), _or_dash(job.get("throughput"), "{:.1f}"),
-               _when(job.get("submitted_at")), _or_dash(job.get("exit_code")),
+               _when(job.get("submitted_at"), plain), _or_dash(job.get("exit_code")),
                _or_dash(job.get("pid")), _or_dash(job.get("supervisor_pid"))]
         if wide:
-            row += [_or_dash(job.get("cpu_percent"), "{:.0f}"), _when(job.get("started_at")),
-                    _when(job.get("finished_at")), _or_dash(job.get("reason"))]
+            row += [_or_dash(job.get("cpu_percent"), "{:.0f}"),
+                    _when(job.get("started_at"), plain), _when(job.get("finished_at"), plain),
+                    _or_dash(job.get("reason"))]
         rows.append(row)
     return columns, rows
 
@@ -221,7 +230,7 @@ def print_jobs(jobs: list[dict], output: str = "table") -> None:
     elif output == "name":
         sys.stdout.writelines(f"{job['id']}\n" for job in jobs)
     else:
-        columns, rows = job_rows(jobs, wide=output == "wide")
+        columns, rows = job_rows(jobs, wide=output == "wide", plain=not sys.stdout.isatty())
         _output.listing(f"{len(jobs)} job{'s' * (len(jobs) != 1)}", columns, rows, left=4)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -194,6 +195,8 @@ def test_listings_go_to_stdout_as_asked_and_plain_when_piped(run, daemon, tmp_pa
     assert code == 0 and len(lines) == 3 and lines[0].split()[:3] == ["id", "name", "state"]
     assert lines[1].split()[:3] == ["j-000001", "a", "queued"]
     assert not any(ch in out for ch in "│┃━─")  # no box drawing
+    assert {len(line.split()) for line in lines} == {len(lines[0].split())}  # awk's fields
+    assert re.search(r" \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d ", lines[1])  # submitted: one field
     code, out, _ = run("jobs", "-o", "wide")
     assert code == 0 and out.splitlines()[0].split()[-3:] == ["started", "ended", "reason"]
     with pytest.raises(SystemExit) as exit_:  # argparse's own error, as for every flag
