@@ -18,7 +18,7 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "dynamic": SIM | OUT | {"--floor-slot"},
     "tpm": {"--profile", "--model", "--seed", "--cores", "--realloc-cost"},
     "allocation": {"--jobs", "--capacity", "--json"},
-    "mixes": SIM | {"--jobs", "--mixes", "--rate", "--json"},
+    "mixes": SIM | {"--jobs", "--mixes", "--rate", "--floor-slot", "--json"},
     "declared": {"--profile", "--seed", "--truth", "--floor-slot", "--mixes", "--json"},
     "live": {"--quick", "--rounds", "--iterations-scale", "--crop", "--workers", "--policies",
              "--baselines", "--report", "--member"}

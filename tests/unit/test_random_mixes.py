@@ -59,3 +59,22 @@ def test_cli_prints_a_row_per_policy(run, tmp_path):
         assert m["mean_jct_x_best_fixed"] >= m["floor_x_best_fixed"] - 1e-9
     code, _, err = run("bench", "mixes", "--mixes", "0")
     assert code == 2 and "mixes must be at least 1" in err
+
+
+@pytest.mark.held_out_plumbing
+def test_the_floor_over_a_whole_mix_is_at_least_the_groups_and_under_every_schedule(run,
+                                                                                    tmp_path):
+    """``--floor-slot``: each mix's floor over its whole trace, arrivals included, where it is
+    higher than the sum of the groups' (both are floors: the higher is taken and named)."""
+    runs = {}
+    for slot in (None, "8"):
+        path = tmp_path / f"mixes-{slot}.json"
+        code, _, err = run("bench", "mixes", "--mixes", "1", "--jobs", "3", "--rate", "0.05",
+                           *(("--floor-slot", slot) if slot else ()), "--json", str(path))
+        assert code == 0, err
+        [runs[slot]] = json.loads(path.read_text())["no_daemon"]["per_mix"]
+    groups, whole = runs[None], runs["8"]
+    assert groups["floor_method"] == "groups"
+    assert whole["floor_x_best_fixed"] >= groups["floor_x_best_fixed"] - 1e-9
+    assert whole["mean_jct_x_best_fixed"] >= whole["floor_x_best_fixed"] - 1e-9
+    assert whole["floor_x_best_fixed"] <= 1.0 + 1e-9
