@@ -16,6 +16,10 @@ def _default_state_dir() -> str:
     return os.path.join(base, "adloader")
 
 
+# how each job's CPU weight follows the plan (adloader.host.cpu_share): by its workers, or in turn
+CPU_SHARE_RULES = ("workers", "turn")
+
+
 @dataclass(frozen=True)
 class DaemonConfig:
     host: str = "127.0.0.1"  # REST; loopback unless a token protects it
@@ -41,7 +45,7 @@ class DaemonConfig:
     metrics_listen: str = ""  # HOST:PORT of a listener serving GET /metrics alone ("" = none)
     node_cache_mb: int = 0  # node cache shared by the jobs that read one dataset (0 = none)
     cpu_shares: str = ""  # cgroup parent of the jobs' CPU groups ("" = no groups)
-    cpu_share_rule: str = "workers"  # host.cpu_share.RULES: weights by workers, or in turn
+    cpu_share_rule: str = "workers"  # CPU_SHARE_RULES: weights by workers, or in turn
     retain_days: float = 7.0  # ended jobs, their events and logs are kept this long ...
     retain_jobs: int = 10000  # ... and at most this many ended jobs (the oldest go first)
     retain_events: int = 200000  # events kept at most, the node's own included
@@ -125,10 +129,9 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
     from adloader.scheduling.policies import get_policy
 
     get_policy(cfg.policy)  # an unknown name stops here, not in the scheduling loop
-    from adloader.host.cpu_share import RULES
-
-    if cfg.cpu_share_rule not in RULES:
-        raise InputError(f"setting 'cpu_share_rule' must be one of {', '.join(RULES)}, "
+    if cfg.cpu_share_rule not in CPU_SHARE_RULES:
+        raise InputError(f"setting 'cpu_share_rule' must be one of "
+                         f"{', '.join(CPU_SHARE_RULES)}, "
                          f"got {cfg.cpu_share_rule!r}")
     if cfg.node_cache_mb < 0:
         raise InputError(f"setting 'node_cache_mb' must be 0 or more, got {cfg.node_cache_mb}")

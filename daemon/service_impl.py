@@ -83,7 +83,8 @@ class NodeServiceMixin:
         live = self.scheduler.jobs.get(rec.id)
         running = live is not None and live.state in ACTIVE
         rate = repr(float(live.throughput)) if running else "null"
-        step = str(live.iteration) if live else "null"
+        done = rec.iteration  # ended and dropped by the scheduler, not yet retired: its last
+        step = str(live.iteration) if live else ("null" if done is None else str(done))
         cpu = "null" if not running or live.cpu_percent is None else \
             repr(round(live.cpu_percent, 1))
         pid = live.pid if live and live.pid else "null"

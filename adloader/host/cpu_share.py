@@ -30,12 +30,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from adloader.config import CPU_SHARE_RULES
 from adloader.errors import StorageError
 
 DEFAULT_ROOT = "/sys/fs/cgroup"
 V1_DEFAULT, V1_RANGE = 1024, (2, 262_144)
 V2_DEFAULT, V2_RANGE = 100, (1, 10_000)
-RULES = ("workers", "turn")  # how weights follow the allocation (see the module)
+RULES = CPU_SHARE_RULES  # how weights follow the allocation (see the module)
 
 
 def _write(path: Path, value: str) -> None:
