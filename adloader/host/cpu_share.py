@@ -36,7 +36,6 @@ from adloader.errors import StorageError
 DEFAULT_ROOT = "/sys/fs/cgroup"
 V1_DEFAULT, V1_RANGE = 1024, (2, 262_144)
 V2_DEFAULT, V2_RANGE = 100, (1, 10_000)
-RULES = CPU_SHARE_RULES  # how weights follow the allocation (see the module)
 
 
 def _write(path: Path, value: str) -> None:
@@ -54,8 +53,8 @@ def weights(workers: Mapping[str, int], default: int, bounds: tuple[int, int],
             rule: str = "workers") -> dict:
     """Each job's weight: ``default × d_i / mean(d)``, d_i ≥ 1, within the kernel's bounds;
     under the rule ``turn`` a held job (``held``) gets the least, the others as before."""
-    if rule not in RULES:
-        raise ValueError(f"CPU share rule {rule!r}: one of {', '.join(RULES)}")
+    if rule not in CPU_SHARE_RULES:
+        raise ValueError(f"CPU share rule {rule!r}: one of {', '.join(CPU_SHARE_RULES)}")
     if not workers:
         return {}
     d = {k: max(1, int(v)) for k, v in workers.items()}
