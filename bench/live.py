@@ -33,7 +33,7 @@ import torch
 
 from adloader import env as names
 from adloader import rest
-from adloader.bench import nodaemon
+from adloader.bench import nodaemon, policy_label
 from adloader.daemon.process import DaemonProcess
 from adloader.errors import InputError
 from adloader.sim.declared import FAST_GPU_STEPS
@@ -218,9 +218,8 @@ def _daemon_run(cfg: LiveConfig, policy: str, round_: int, root: Path, profile: 
     ``POLICY+shares``: each job in a cgroup of its own, weighted by its workers (root);
     ``POLICY+turn``: the same, a job held at one worker while others hold more weighted least
     (``adloader.host.cpu_share``, the rule ``turn``)."""
-    label, rule = policy, SHARE_RULES.get("+" + policy.rpartition("+")[2])
+    label, (policy, rule) = policy, policy_label.split(policy)
     shares = rule is not None
-    policy = policy.rpartition("+")[0] if shares else policy
     state, reports = root / f"state-{label}-{round_}", root / f"reports-{label}-{round_}"
     reports.mkdir(parents=True)
     extra = ["--cpu-shares", f"adloader-live-{os.getpid()}", "--cpu-share-rule", rule] \
@@ -348,13 +347,13 @@ def simulated_baselines(cfg: LiveConfig, profile_path: Path, trace: Trace, capac
 LOADING = {"model": "d/D·L(D)", "measured": "surface"}  # each truth's loading, in a table
 WARM_UP_SCALE = 0.01  # the untimed warm-up run: a few iterations a job
 # a policy run with each job's CPU share in a cgroup of its own, by this rule
-SHARE_RULES = {"+shares": "workers", "+turn": "turn"}
 REFERENCE = "no daemon: even"  # the even split a user sets by hand, on torch's own loader
 FIXED = tuple(f"no daemon: {s}" for s in ("requested", "even", "cores"))
 # issue 23's targets for a policy under the daemon, on medians of paired ratios
 TARGETS = {"makespan_vs_best_fixed": ("<=", 1.00), "makespan_vs_requested": ("<=", 0.95),
            "jct_vs_best_fixed": ("<=", 1.00)}
-KEYS = ("aggregate_throughput", "makespan_s", "mean_jct_s", "worst_jct_s", "memory_mb",
+KEYS = ("aggregate_throughput", "makespan_s", "first_batch_s", "node_rate", "mean_jct_s",
+        "worst_jct_s", "memory_mb",
         "overhead_cpu_per_training_s", "overhead_after_start_cpu_per_training_s",
         "reallocations")
 

@@ -33,8 +33,9 @@ import psutil
 from adloader.host.atomic import atomic_path, write_json
 from adloader.version import __version__
 
-SUMMARY_COLUMNS = ["setting", "makespan s", "× {ref}", "spread", "× best fixed",
-                   "× requested", "mean JCT ×", "worst job JCT ×", "Σ samples/s", "Σ ×",
+SUMMARY_COLUMNS = ["setting", "makespan s", "first batch s", "node samples/s", "× {ref}",
+                   "spread", "× best fixed", "× requested", "mean JCT ×", "worst job JCT ×",
+                   "Σ samples/s", "Σ ×",
                    "memory MB", "overhead CPU/s", "after start", "reallocs", "targets"]
 
 
@@ -45,7 +46,8 @@ def summary_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     def vs(r, key):
         return f"{r[key]:.3f}" if key in r else "—"
 
-    rows = [[r["policy"], f"{r['makespan_s']:.1f}", f"{r['makespan_paired']:.3f}",
+    rows = [[r["policy"], f"{r['makespan_s']:.1f}", f"{r.get('first_batch_s') or 0:.2f}",
+             f"{r.get('node_rate') or 0:.0f}", f"{r['makespan_paired']:.3f}",
              f"{r['spread'][0]:.2f}–{r['spread'][1]:.2f}", vs(r, "makespan_vs_best_fixed"),
              vs(r, "makespan_vs_requested"), f"{r['jct_paired']:.3f}",
              f"{r['worst_jct_paired']:.3f}", f"{r['aggregate_throughput']:.0f}",
@@ -221,7 +223,11 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
         "the node's cores each; autotune: each job tunes its own count).",
         "- One measure for every row, all measured here: makespan and JCT from the run's start "
         "to each job's last batch (the daemon's arrival window and every process's start-up "
-        "included), Σ of the jobs' own training-loop rates, memory the peak Σ PSS of every "
+        "included); first batch: when the first job trained its first batch (the start-up "
+        "before it: processes, imports, the daemon's arrival settle); node samples/s: every "
+        "job's samples over the time from then to the last batch (the node's own rate; Σ of "
+        "the jobs' own training-loop rates, beside it, is not one: it rises when jobs run "
+        "one after another), memory the peak Σ PSS of every "
         "process of the run, overhead the CPU-seconds of the daemon (its start-up left out), "
         "supervisors and masters per training-second; after start: the same without the "
         "daemon's fitting worker's start (its scikit-learn import, once a busy period), as the "

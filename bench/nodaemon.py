@@ -150,7 +150,11 @@ def summarise(jobs: list[dict], t0: float, watch: RunWatch, once_cpu_s: float = 
     cpu = watch.cpu_by_role()
     cpu["master"] = sum(j.get("master_cpu_s", 0.0) for j in jobs)  # inside the jobs
     overhead = sum(cpu.get(role, 0.0) for role in OVERHEAD)
-    return {"jobs": jobs, "makespan_s": round(max(j["end_s"] for j in jobs), 3),
+    first, last = min(j["start_s"] for j in jobs), max(j["end_s"] for j in jobs)
+    samples = sum(j["iterations"] * j["batch_size"] for j in jobs)
+    return {"jobs": jobs, "makespan_s": round(last, 3),
+            "first_batch_s": first,  # start-up: the node trains from here on
+            "node_rate": round(samples / max(last - first, 1e-9), 3),  # from then to the end
             "mean_jct_s": round(statistics.mean(j["jct_s"] for j in jobs), 3),
             "worst_jct_s": round(max(j["jct_s"] for j in jobs), 3),
             "aggregate_throughput": round(sum(j["rate"] for j in jobs), 3),

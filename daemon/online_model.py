@@ -4,11 +4,12 @@ Heartbeats become samples — one per job and kind every ``SAMPLE_INTERVAL_S``, 
 (``store.valid_sample``) and written in one transaction per turn of the control loop.
 After ``REFIT_EVERY`` new samples (and at most every ``REFIT_INTERVAL_S``), if the model in
 use mispredicts them (the median relative error of a kind over ``REFIT_TOLERANCE``, with
-``MIN_REAL`` samples of that kind stored to fit it from), the model is refitted in a child
-process (``daemon.refit``: one long-lived worker, so scikit-learn is not imported again at
-every refit, and never in the daemon: it predicts from the fitted arrays,
-``scheduling.compiled``) from each job's newest ``FIT_PER_JOB`` samples, the newest
-``FIT_WINDOW`` of each kind, so no one job outweighs the node and the store stays bounded.
+enough samples of that kind, spread widely enough, to fit it from: ``refit.fittable``), the
+model is refitted in a child process (``daemon.refit``: one long-lived worker, so
+scikit-learn is not imported again at every refit, and never in the daemon: it predicts
+from the fitted arrays, ``scheduling.compiled``) from each job's newest ``FIT_PER_JOB``
+samples, the newest ``FIT_WINDOW`` of each kind, so no one job outweighs the node and the
+store stays bounded.
 Its loading table is made before the node's lock is taken. A model that already predicts
 the node's samples is not refitted: a fit is ~0.4 CPU-seconds, and one every 20 s was most
 of the daemon's running cost per training-second (docs/benchmarks.md, "Overhead"). Nor is
@@ -39,7 +40,7 @@ from adloader.host.atomic import write_json
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 from adloader.scheduling.throughput import ThroughputModel
 
-from .refit import MIN_REAL, RefitWorker, fit_in_child
+from .refit import MIN_REAL, RefitWorker, fit_in_child, fittable
 from .store import Store, valid_sample
 
 log = logging.getLogger("adloader.daemon")
@@ -170,12 +171,15 @@ class OnlineModel:
                              daemon=True).start()
 
     def _worth_fitting(self, recent: list) -> bool:
-        """A kind the model in use mispredicts, of which the node has enough samples to fit
-        it (``MIN_REAL``; else the fit would keep that part as it is)."""
-        counts = self.store.sample_counts()
+        """A kind the model in use mispredicts, which a fit from the samples it would read
+        would refit (``refit.fittable``; else it would keep that part as it is, and the fit
+        would cost its CPU for nothing)."""
         errors = relative_errors(self.scheduler.model, recent)
-        return any(err > REFIT_TOLERANCE and counts.get(kind, 0) >= MIN_REAL
-                   for kind, err in zip(("training", "loading"), errors, strict=True))
+        if not any(err > REFIT_TOLERANCE for err in errors):
+            return False
+        parts = fittable(*self.store.samples(per_job=FIT_PER_JOB, newest=FIT_WINDOW))
+        return any(err > REFIT_TOLERANCE and part
+                   for part, err in zip(parts, errors, strict=True))
 
     def _refit_quietly(self) -> None:
         try:

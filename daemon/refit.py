@@ -4,8 +4,9 @@ Fitting F_μ and F_λ (A-Dloader §III-B) tries four scikit-learn regressors for
 grid-searches the loading stages: seconds of CPU and tens of MB that, in the daemon,
 would hold the GIL against the control loop and stay in its heap. A child process does it
 and prints ``ThroughputModel.to_json()``; the daemon rebuilds only the chosen regressors.
-Each part keeps the prior until the node has enough samples of its kind (``MIN_REAL``;
-the loading stages also need ``MIN_SPREAD`` distinct node totals).
+Each part keeps the prior until the node has enough samples of its kind (``MIN_REAL``)
+spread widely enough to fit it (``fittable``: ``MIN_DISTINCT`` jobs' features for F_μ,
+``MIN_SPREAD`` distinct node totals for the loading stages).
 
     python -m adloader.daemon.refit < request.json > model.json
 
@@ -39,6 +40,10 @@ from adloader.errors import InputError, StorageError
 
 MIN_REAL = 6  # real samples of a kind before they replace the prior
 MIN_SPREAD = 4  # distinct node totals before the loading stages are refitted
+MIN_DISTINCT = 6  # distinct job features (B, n, f, M) before F_μ is refitted: eq. 6 has five
+# coefficients, so fewer points are fitted by many forms and predict nothing for a job not
+# seen (three jobs' samples gave R² < 0 for every regressor, bench live 2026-11-27); a job
+# already seen is predicted by its own correction (``scheduling.correction``), not by a fit
 TIMEOUT_S = 300.0
 IDLE_EXIT_S = 600.0  # a worker with no request for this long exits (its memory goes back)
 WORKER_NICE = 19  # the worker's CPU priority: it runs on what the training jobs leave (not
@@ -61,12 +66,20 @@ def fit(request: dict) -> dict:
     base = ThroughputModel.from_json(prior)
     training = [TrainingSample(int(b), int(n), f, m, s) for b, n, f, m, s in request["training"]]
     loading = [LoadingSample(int(d), int(total), rate) for d, total, rate in request["loading"]]
-    part_t = (TrainingRateModel.fit(training, seed) if len(training) >= MIN_REAL
-              else base.training)
-    spread = len({s.node_workers for s in loading})
-    part_l = (LoadingRateModel.fit(loading, seed)
-              if len(loading) >= MIN_REAL and spread >= MIN_SPREAD else base.loading)
+    refit_t, refit_l = fittable(training, loading)
+    part_t = TrainingRateModel.fit(training, seed) if refit_t else base.training
+    part_l = LoadingRateModel.fit(loading, seed) if refit_l else base.loading
     return ThroughputModel(part_t, part_l).to_json()
+
+
+def fittable(training: list, loading: list) -> tuple[bool, bool]:
+    """Whether a fit from these samples would refit F_μ and F_λ (else it keeps that part):
+    ``MIN_REAL`` samples of the kind, spread over ``MIN_DISTINCT`` jobs' features (training)
+    or ``MIN_SPREAD`` node totals (loading)."""
+    jobs = {(s.batch_size, s.gpus, s.flops_g, s.params_m) for s in training}
+    totals = {s.node_workers for s in loading}
+    return (len(training) >= MIN_REAL and len(jobs) >= MIN_DISTINCT,
+            len(loading) >= MIN_REAL and len(totals) >= MIN_SPREAD)
 
 
 def fit_in_child(request: dict, timeout_s: float = TIMEOUT_S) -> dict:

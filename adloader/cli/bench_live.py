@@ -14,6 +14,7 @@ from . import _options, _output
 
 def _policies(text: str) -> tuple[str, ...]:
     """``a,b,c`` as policy names, each checked (a clear error names an unknown one)."""
+    from adloader.bench import policy_label
     from adloader.scheduling.policies import get_policy
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -21,7 +22,7 @@ def _policies(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError("--policies: name at least one policy")
     for name in names:
         try:
-            get_policy(name.removesuffix("+shares").removesuffix("+turn"))
+            get_policy(policy_label.split(name)[0])
         except InputError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return names

@@ -80,6 +80,11 @@ def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path
         assert len(run["jobs"]) == 3 and run["aggregate_throughput"] > 0
         assert all(0 < j["jct_s"] <= run["makespan_s"] for j in run["jobs"])
         assert run["memory_mb"] > 0
+        # the node's own rate: every sample over the span it trained, from its first batch
+        first = min(j["start_s"] for j in run["jobs"])
+        assert run["first_batch_s"] == first and 0 < first < run["makespan_s"]
+        samples = sum(j["iterations"] * j["batch_size"] for j in run["jobs"])
+        assert run["node_rate"] == pytest.approx(samples / (run["makespan_s"] - first), 1e-3)
         if run["policy"].startswith("no daemon"):
             assert run["overhead_cpu_per_training_s"] == 0  # no daemon, no supervisor
         else:
@@ -180,8 +185,8 @@ def _check_the_report(kit, result):
     assert machine["logical_cores"] >= 1 and machine["gpus"] == [] and machine["torch"]
     assert json.loads((kit / "live.json").read_text())["summary"] == result["summary"]
     for row in result["summary"]:  # every setting's row, with its paired makespan ratio
-        assert f"| {row['policy']} | {row['makespan_s']:.1f} | {row['makespan_paired']:.3f} |" \
-            in report
+        assert (f"| {row['policy']} | {row['makespan_s']:.1f} | {row['first_batch_s']:.2f} | "
+                f"{row['node_rate']:.0f} | {row['makespan_paired']:.3f} |") in report
     assert "GPU steps emulated" in report and "![" in report and "timeline.png" in report
     with Image.open(kit / "timeline.png") as png:
         width, height = png.size

@@ -188,7 +188,21 @@ def test_live_takes_its_baselines_and_policies_with_cpu_shares():
     with pytest.raises(SystemExit):
         _parse("live", "--policies", "fastest+turn")
     with pytest.raises(SystemExit):
+        _parse("live", "--policies", "ftf+sometimes")  # no such rule: no such policy
+    with pytest.raises(SystemExit):
         _parse("live", "--baselines", "sometimes")
+
+
+def test_a_policy_label_names_its_policy_and_cpu_share_rule():
+    """One reading of ``POLICY+SUFFIX`` for the command line and the bench that runs it."""
+    from adloader.bench.policy_label import split
+    from adloader.config import CPU_SHARE_RULES
+
+    assert split("ftf") == ("ftf", None)
+    assert split("ftf+shares") == ("ftf", "workers")
+    assert split("balance+turn") == ("balance", "turn")
+    assert split("ftf+sometimes") == ("ftf+sometimes", None)  # the whole label: no policy
+    assert all(split(f"ftf+{s}")[1] in CPU_SHARE_RULES for s in ("shares", "turn"))
 
 
 def test_live_runs_a_declared_mix_with_its_steps_scaled_and_refuses_it_on_a_real_gpu():

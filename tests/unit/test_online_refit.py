@@ -15,14 +15,14 @@ from adloader.sim.device_profile import load_profile
 
 class _Store:
     def __init__(self):
-        self.counts = {"training": 0, "loading": 0}
+        self.kept: dict[type, list] = {TrainingSample: [], LoadingSample: []}
 
     def add_job_samples(self, batch):
         for _, sample in batch:
-            self.counts["training" if isinstance(sample, TrainingSample) else "loading"] += 1
+            self.kept[type(sample)].append(sample)
 
-    def sample_counts(self):
-        return dict(self.counts)
+    def samples(self, per_job=None, newest=None):
+        return list(self.kept[TrainingSample]), list(self.kept[LoadingSample])
 
 
 class _Scheduler:
@@ -39,10 +39,14 @@ def _online(model, monkeypatch) -> tuple[OnlineModel, list]:
     return online, fits
 
 
-def _samples(model, scale: float) -> list:
+JOBS = [(64, 1.8, 11.7, 1), (128, 4.1, 25.6, 2), (32, 0.6, 0.27, 1), (256, 1.8, 11.7, 4),
+        (96, 0.3, 2.2, 1), (48, 7.8, 60.2, 2)]  # six jobs' features (B, f, M, n): MIN_DISTINCT
+
+
+def _samples(model, scale: float, jobs=JOBS[:3]) -> list:
     """Samples the model predicts exactly, their step times × ``scale``."""
     out = []
-    for b, f, m, n in [(64, 1.8, 11.7, 1), (128, 4.1, 25.6, 2), (32, 0.6, 0.27, 1)]:
+    for b, f, m, n in jobs:
         step = float(model.training.step_time(b, f, m, n))
         out.append(("j", TrainingSample(b, n, f, m, step * scale)))
     for d, total in [(1, 4), (2, 4), (3, 6)]:
@@ -70,7 +74,7 @@ def test_a_model_that_predicts_the_samples_is_not_refitted(monkeypatch):
 def test_a_model_off_by_more_than_the_tolerance_is_refitted(monkeypatch):
     model = synth.fitted_model(load_profile("paper"), 0)
     online, fits = _online(model, monkeypatch)
-    _feed(online, _samples(model, 1.0 + 2 * REFIT_TOLERANCE), 2)
+    _feed(online, _samples(model, 1.0 + 2 * REFIT_TOLERANCE, JOBS), 2)
     assert fits == [True] and online.skipped == 0
 
 
@@ -80,10 +84,37 @@ def test_a_kind_with_too_few_samples_to_fit_does_not_start_a_fit(monkeypatch):
     model = synth.fitted_model(load_profile("paper"), 0)
     online, fits = _online(model, monkeypatch)
     monkeypatch.setattr(online_model, "REFIT_EVERY", 1)
-    _feed(online, _samples(model, 1.4)[:3], 1)
+    _feed(online, _samples(model, 1.4, JOBS[:3])[:3], 1)
     assert fits == [] and online.skipped == 1
-    _feed(online, _samples(model, 1.4)[:3], 1)  # six stored now
+    _feed(online, _samples(model, 1.4, JOBS[3:])[:3], 1)  # six stored now, of six jobs
     assert fits == [True]
+
+
+def test_samples_of_too_few_jobs_do_not_start_a_fit(monkeypatch):
+    """Three jobs' step times mispredicted by 40 %, sample after sample: a fit would keep F_μ
+    (eq. 6 has five coefficients; fewer than MIN_DISTINCT jobs fit it any way at all), so
+    none is made, however many samples come — until a sixth job's do."""
+    model = synth.fitted_model(load_profile("paper"), 0)
+    online, fits = _online(model, monkeypatch)
+    monkeypatch.setattr(online_model, "REFIT_EVERY", 1)
+    for _ in range(10):
+        _feed(online, _samples(model, 1.4, JOBS[:3])[:3], 1)
+    assert fits == [] and online.skipped == 10
+    _feed(online, _samples(model, 1.4, JOBS[3:])[:3], 1)
+    assert fits == [True]
+
+
+def test_a_fit_refits_only_the_parts_its_samples_spread_over():
+    from adloader.daemon.refit import MIN_DISTINCT, MIN_SPREAD, fittable
+
+    model = synth.fitted_model(load_profile("paper"), 0)
+    few = [s for _, s in _samples(model, 1.0, JOBS[:3]) * 4]  # 12 training, 3 jobs
+    many = [s for _, s in _samples(model, 1.0, JOBS)]
+    assert len(JOBS) == MIN_DISTINCT
+    loads = [LoadingSample(1, total, 100.0) for total in range(1, MIN_SPREAD + 3)]
+    assert fittable([s for s in few if isinstance(s, TrainingSample)], loads) == (False, True)
+    assert fittable([s for s in many if isinstance(s, TrainingSample)],
+                    loads[:MIN_SPREAD - 1] * 3) == (True, False)
 
 
 def test_relative_errors_by_kind():
@@ -128,10 +159,10 @@ def test_fits_that_do_not_help_are_spaced_out_until_a_new_job_comes(monkeypatch)
     now = [1000.0]
     monkeypatch.setattr(online_model.time, "monotonic", lambda: now[0])
     fitted_at = []
-    wrong = _samples(model, 1.0 + 3 * REFIT_TOLERANCE)  # still wrong after every "fit"
-    for _ in range(700):  # a sample a second for 700 s
+    wrong = _samples(model, 1.0 + 3 * REFIT_TOLERANCE, JOBS)  # still wrong after each "fit"
+    for second in range(700):  # a sample a second for 700 s, of six jobs in turn
         before = len(fits)
-        _feed(online, wrong[:1], 1)
+        _feed(online, [wrong[second % len(JOBS)]], 1)
         if len(fits) > before:
             fitted_at.append(now[0] - 1000.0)
         now[0] += 1.0

@@ -1,0 +1,16 @@
+"""What a ``bench live`` policy label says: ``POLICY`` under a daemon as it runs by default, or
+``POLICY+shares`` / ``POLICY+turn``: each job in a cgroup of its own, its CPU weighted by the
+rule the suffix names (``adloader.host.cpu_share``: ``workers``, ``turn``). Read by the
+command line (to check a label) and by the bench (to start the daemon it names)."""
+
+from __future__ import annotations
+
+SHARE_RULES = {"shares": "workers", "turn": "turn"}  # suffix -> the daemon's CPU share rule
+
+
+def split(label: str) -> tuple[str, str | None]:
+    """(the policy, the CPU share rule or None) of a label: ``ftf+turn`` -> (ftf, turn)."""
+    policy, plus, suffix = label.rpartition("+")
+    if plus and suffix in SHARE_RULES:
+        return policy, SHARE_RULES[suffix]
+    return label, None
