@@ -18,6 +18,12 @@ def _default_state_dir() -> str:
 
 # how each job's CPU weight follows the plan (adloader.host.cpu_share): by its workers, or in turn
 CPU_SHARE_RULES = ("workers", "turn")
+# how soon an arrival that could start now is decided (the daemon's and the simulator's): long
+# enough that a client's burst of submissions (a few ms each) shares one decision, short beside
+# a job's own start-up (~2 s here); a later arrival of a longer burst is decided again before
+# the earlier ones have registered, so their GPUs (placed in arrival order) and the workers
+# they register to are the same (docs/design.md, "The loop")
+ARRIVAL_SETTLE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,7 @@ class DaemonConfig:
     gpus: int = 0  # GPUs of the node (0 = CUDA devices, at least 1)
     jobs_per_gpu: int = 2  # jobs that may time-share one GPU
     arrival_window_s: float = 30.0  # arrival buffer (paper: 30 s): arrivals that cannot start
-    arrival_settle_s: float = 0.25  # an arrival that could start now is decided this soon
+    arrival_settle_s: float = ARRIVAL_SETTLE_S  # an arrival that could start is decided then
     hold_arrivals: bool = False  # every arrival waits the whole window (the paper's buffer)
     completion_window_s: float = 30.0  # completion buffer (paper: 30 s)
     heartbeat_s: float = 1.0  # what masters are told

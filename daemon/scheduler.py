@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from adloader.config import ARRIVAL_SETTLE_S
 from adloader.errors import ConflictError
 from adloader.protocol import (
     Exit,
@@ -60,7 +61,7 @@ CORRECT_EVERY_S = 2.0  # one correction of c_i a job this often (heartbeats come
 class Scheduler(RegistrationMixin, EndingsMixin):
     def __init__(self, *, capacity: int, gpus: int, policy: str, model: ThroughputModel,
                  tokens: TokenDigest, arrival_window_s: float = 30.0,
-                 arrival_settle_s: float = 0.25, hold_arrivals: bool = False,
+                 arrival_settle_s: float = ARRIVAL_SETTLE_S, hold_arrivals: bool = False,
                  completion_window_s: float = 30.0, heartbeat_s: float = 1.0,
                  lost_timeout_s: float = 3.0, max_jobs_per_gpu: int = 2,
                  cancel_grace_s: float = 10.0, clock: Callable[[], float],

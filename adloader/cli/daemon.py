@@ -259,7 +259,7 @@ SETTINGS = {
                          "how long a job that cannot start now waits for its decision"),
     "--arrival-settle": ("arrival_settle_s", float, "seconds a job that could start now waits "
                          "for its decision, so jobs submitted together share one (default "
-                         "0.25)"),
+                         "0.05)"),
     "--hold-arrivals": ("hold_arrivals", bool, "every job waits the whole arrival window, as "
                         "in the paper (ablation)"),
     "--completion-window": ("completion_window_s", float, "completion buffer (default 30)"),

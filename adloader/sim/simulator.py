@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from adloader.config import ARRIVAL_SETTLE_S
 from adloader.errors import InputError
 from adloader.models import features
 from adloader.scheduling import correction
@@ -71,7 +72,7 @@ class SimConfig:
     realloc: bool = True
     capacity: int | None = None  # loading workers; the profile's when None
     arrival_window_s: float = 30.0  # an arrival that cannot start now waits this long
-    arrival_settle_s: float = 0.25  # one that could start is decided this soon (the daemon's)
+    arrival_settle_s: float = ARRIVAL_SETTLE_S  # one that could start is decided then
     hold_arrivals: bool = False  # every arrival waits the whole window (the paper's buffer)
     completion_window_s: float = 30.0
     realloc_cost_s: float = LIVE_RESIZE_S  # stall of a resized job; paper's mechanism: 16 s

@@ -140,7 +140,7 @@ def test_a_job_over_the_room_of_a_burst_is_queued_in_the_same_decision(paper_mod
 
 def test_the_settings_and_the_flags():
     cfg = config_from({}, environ={})
-    assert (cfg.arrival_settle_s, cfg.hold_arrivals) == (0.25, False)
+    assert (cfg.arrival_settle_s, cfg.hold_arrivals) == (0.05, False)
     cfg = config_from({"arrival_settle_s": 0.5}, environ={"ADLOADER_HOLD_ARRIVALS": "1"})
     assert (cfg.arrival_settle_s, cfg.hold_arrivals) == (0.5, True)
     from adloader.cli import build_parser
@@ -178,7 +178,8 @@ def test_a_simulated_job_with_no_gpu_room_waits(paper_profile, paper_model):
     slots = paper_profile.gpus * paper_profile.max_jobs_per_gpu
     trace = _trace([0.0] * slots + [1.0])  # every GPU full when the last arrives
     out = simulate(trace, paper_profile, paper_model,
-                   SimConfig(policy="ftf", arrival_window_s=30.0)).to_json()
+                   SimConfig(policy="ftf", arrival_window_s=30.0,
+                             arrival_settle_s=SETTLE)).to_json()
     jobs = {j["name"]: j for j in out["jobs"]}
     last = jobs[f"j{slots}"]
     assert all(jobs[f"j{i}"]["start_s"] == pytest.approx(SETTLE) for i in range(slots))

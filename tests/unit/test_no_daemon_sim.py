@@ -11,7 +11,7 @@ from adloader.sim.simulator import SimConfig
 from adloader.sim.trace import load_trace
 
 
-@pytest.mark.parametrize("hold, wait", [(False, 0.25), (True, 30.0)])
+@pytest.mark.parametrize("hold, wait", [(False, 0.05), (True, 30.0)])
 def test_the_baselines_run_uncapped_and_the_daemon_pays_its_window(paper_profile, paper_model,
                                                                    hold, wait):
     trace = load_trace("paper-static", paper_profile.gpus)

@@ -29,7 +29,7 @@ def test_static_mix_runs_to_completion(paper_profile, paper_model, policy):
     result = simulate(trace, paper_profile, paper_model, SimConfig(policy=policy)).to_json()
     assert {j["name"] for j in result["jobs"]} == {j.name for j in trace.jobs}
     for j in result["jobs"]:
-        assert j["start_s"] == pytest.approx(0.25)  # the settle: every job could start
+        assert j["start_s"] == pytest.approx(0.05)  # the settle: every job could start
         assert j["end_s"] > j["start_s"]
         assert j["throughput"] == pytest.approx(128 * 500 / (j["end_s"] - j["start_s"]), rel=1e-3)
     for entry in result["timeline"]:
