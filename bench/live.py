@@ -277,16 +277,17 @@ def measured_floor(cfg: LiveConfig, profile_path: Path, trace: Trace, runs: list
                    summary: list[dict]) -> dict:
     """What no schedule of this mix can beat here, as measured (``schedule_oracle.jct_floor``):
     the node's loading at its peak — the most of L(D), of the contention surface's points and
-    of any run's Σ of the jobs' rates in this sitting (the last overstates when jobs do not
-    overlap: a higher peak only lowers the floor) — and each job's emulated or measured GPU
-    steps, from the jobs' first batch (start-up left out: the floor is lower still). Against
-    the best fixed setting's and the requested setting's medians."""
+    of any run's own rate in this sitting (``node_rate``: every job's samples over the time
+    from its first batch to its last; not the Σ of the jobs' rates, which a run whose jobs
+    take turns inflates past anything the node loaded) — and each job's emulated or measured
+    GPU steps, from the jobs' first batch (start-up left out: the floor is lower still).
+    Against the best fixed setting's and the requested setting's medians."""
     from adloader.sim import synth
     from adloader.sim.schedule_oracle import jct_floor, peak_loading
     from adloader.sim.simulator import SimConfig
 
     profile = load_profile(str(profile_path))
-    peak = max([peak_loading(profile), *(r["aggregate_throughput"] for r in runs)])
+    peak = max([peak_loading(profile), *(r["node_rate"] for r in runs)])
     scaled = trace.model_copy(update={"jobs": tuple(
         j.model_copy(update={"iterations": max(1, round(j.iterations * cfg.iterations_scale))})
         for j in trace.jobs)})

@@ -281,7 +281,7 @@ def floor_text(floor: dict) -> str:
     jct = f" = {floor['mean_jct_x_best_fixed']:.3f}× the best fixed setting's median" \
         if "mean_jct_x_best_fixed" in floor else ""
     return (f"with the node loading at most {floor['peak_loading']:.0f} samples/s (the most "
-            "of L(D), the contention surface and every run's Σ of rates in this sitting) and "
+            "of L(D), the contention surface and every run's own rate in this sitting) and "
             "each GPU busy at most all the time, from the jobs' first batch (start-up left "
             f"out), no schedule — any workers, any placement, with or without a daemon — "
             f"ends the mix before {floor['makespan']:.1f} s (" + ", ".join(against) +
