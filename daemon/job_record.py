@@ -33,11 +33,12 @@ class JobRecord:
     supervisor: str | None = None
     reason: str | None = None
     iteration: int | None = None  # written when it ends: its last iteration
+    uid: int | None = None  # the user the kernel said registered it (None: not said)
 
 
 JOB_COLUMNS = ("id, name, spec, state, token_digest, workers, pid, exit_code, submitted_at, "
                 "started_at, finished_at, log_path, origin, supervisor, reason, "
-                "iteration")  # fmt: skip
+                "iteration, uid")  # fmt: skip
 
 
 def record_of(row: tuple, trusted: bool = False) -> JobRecord:

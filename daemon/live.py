@@ -62,6 +62,8 @@ class LiveJob:
     corrected_at: float = 0.0  # when c_i was last updated
     data: DataSpec | None = None  # what it reads, when it asked for the node cache
     protocol: int = 0  # its master's protocol version (adloader.protocol.PROTOCOL); 0: older
+    uid: int | None = None  # the user the kernel said registered it (SO_PEERCRED); None over
+    # tcp:// (no credentials): a message from another user's process is refused, token or not
 
     @property
     def remaining_samples(self) -> float:

@@ -242,16 +242,16 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             log.warning("dropped a frame from %r: %s", identity[:64], msg)
             return
         self.counters["unknown_fields"] += msg.unknown_fields  # a newer master's, ignored
-        peer = self.broker.peer(identity) if isinstance(msg, Register) else None
-        if peer is not None and peer.pid != msg.pid:  # the kernel's word over the job's
+        peer, register = self.broker.peer(identity), isinstance(msg, Register)  # who, by the kernel
+        if register and peer is not None and peer.pid != msg.pid:  # its word over the job's
             msg = msg.model_copy(update={"pid": peer.pid})
-        self._kernel_pid = peer.pid if peer is not None else 0
-        actions = self.scheduler.message(identity, msg)
+        self._kernel_pid = peer.pid if register and peer is not None else 0
+        actions = self.scheduler.message(identity, msg, peer.uid if peer is not None else None)
         if actions.reply:
             self.counters["refused_messages"] += 1
             log.warning("refused %s for job %r: %s", msg.type, msg.job[:64],
                         actions.reply[0][1].reason)
-        elif peer is not None and self.shares is not None:  # a job started by hand: its group
+        elif register and peer is not None and self.shares is not None:  # by hand: its group
             self.shares.adopt(self.scheduler.jobs.get(msg.job), peer)
         self._apply(actions)
 
@@ -289,7 +289,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
     def _persist(self, job: LiveJob) -> None:
         if job.origin == "attached" and self.store.get_job(job.id) is None:
             self._guarded("record", self._store_attached, job)
-        fields = {"state": job.state, "workers": job.workers}
+        fields = {"state": job.state, "workers": job.workers, "uid": job.uid}
         if job.state in FINAL_STATES:
             fields.update(finished_at=time.time(), exit_code=job.exit_code, reason=job.reason,
                           iteration=job.iteration)

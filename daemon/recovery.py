@@ -31,7 +31,7 @@ class RecoveryMixin:
                 self.scheduler.ended[rec.id] = rec.state
                 continue
             job = self._live(rec.id, rec.spec, rec.token_digest, rec.origin)
-            job.workers, job.submitted = rec.workers or 0, rec.submitted_at
+            job.workers, job.submitted, job.uid = rec.workers or 0, rec.submitted_at, rec.uid
             job.supervisor = rec.supervisor or ("launcher" if rec.origin == "rest" else None)
             launched = rec.origin == "rest" and rec.started_at is not None
             never_ran = (launched and rec.state in ACTIVE and self.launcher.status(rec.id) is None

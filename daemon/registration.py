@@ -20,9 +20,10 @@ class RegistrationMixin:
     """Registers (``daemon.scheduler.Scheduler`` provides ``jobs``, ``ended``, ``tokens``,
     ``clock``, the windows, ``cpus_of``, ``name_check``, ``_open`` and ``_refuse``)."""
 
-    def _attach(self, identity: bytes, msg: Register) -> Actions:
-        """A job started by hand registers itself: trust on first use of its token; it keeps
-        its workers (within what is free) until the next decision."""
+    def _attach(self, identity: bytes, msg: Register, uid: int | None = None) -> Actions:
+        """A job started by hand registers itself: trust on first use of its token (and of
+        its user, ``uid``, where the kernel says it); it keeps its workers (within what is
+        free) until the next decision."""
         if msg.job in self.ended:
             return self._refuse(identity, msg, f"job has ended ({self.ended[msg.job]})", None)
         if msg.job.startswith(RESERVED_ID):
@@ -42,7 +43,7 @@ class RegistrationMixin:
                       gpu_ids=tuple(range(min(feats.gpus, self.gpus))), last_seen=now,
                       submitted=now, registered=True, supervisor=msg.supervisor,
                       peer=identity, name=msg.name or "", data=msg.data, pid=msg.pid or None,
-                      protocol=msg.protocol or 0, cpus=cpus, cpu_share=share)
+                      protocol=msg.protocol or 0, cpus=cpus, cpu_share=share, uid=uid)
         job.workers = min(job.workers, self.max_workers(job) or job.workers)
         self.jobs[job.id] = job
         self._open(self.arrival_window_s)

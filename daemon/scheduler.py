@@ -142,11 +142,13 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         return sorted((j for j in self.jobs.values() if j.state in WAITING),
                       key=lambda j: (j.submitted, j.id))
 
-    def message(self, identity: bytes, msg) -> Actions:
-        """A message from a job's connection ``identity``: judged by (job id, token)."""
+    def message(self, identity: bytes, msg, uid: int | None = None) -> Actions:
+        """A message from a job's connection ``identity``: judged by (job id, token) and,
+        where the kernel says who connected (``uid``: ``SO_PEERCRED``), by the user the job
+        is bound to — the one whose process first registered it."""
         job = self.jobs.get(msg.job)
         if isinstance(msg, Register) and job is None:
-            return self._attach(identity, msg)
+            return self._attach(identity, msg, uid)
         if job is None or not self.tokens.verify(msg.token, job.token_digest):
             why = ("the token does not match the job" if job is not None
                    else f"job has ended ({self.ended[msg.job]})" if msg.job in self.ended
@@ -154,6 +156,10 @@ class Scheduler(RegistrationMixin, EndingsMixin):
             return self._refuse(identity, msg, why, job)
         if job.state in TERMINAL:
             return self._refuse(identity, msg, f"job has ended ({job.state})", job)
+        if uid is not None and job.uid is not None and uid != job.uid:  # a token is not enough
+            return self._refuse(identity, msg, "the job belongs to another user", job)
+        if uid is not None and job.uid is None and isinstance(msg, Register):
+            job.uid = uid  # bound by its first registration the kernel vouches for
         job.peer = identity  # a new connection takes over only by proving the token
         job.last_seen = self.clock()
         if isinstance(msg, Exit):

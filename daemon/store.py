@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
     token_digest TEXT NOT NULL, workers INTEGER, pid INTEGER, exit_code INTEGER,
     submitted_at REAL NOT NULL, started_at REAL, finished_at REAL, log_path TEXT,
-    origin TEXT NOT NULL, supervisor TEXT, reason TEXT, iteration INTEGER);
+    origin TEXT NOT NULL, supervisor TEXT, reason TEXT, iteration INTEGER, uid INTEGER);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at);
 CREATE TABLE IF NOT EXISTS events (
@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS models (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, json TEXT NOT NULL);
 """
 _UPDATABLE = ("name", "state", "workers", "pid", "exit_code", "started_at", "finished_at",
-              "log_path", "supervisor", "reason", "token_digest", "iteration")  # fmt: skip
+              "log_path", "supervisor", "reason", "token_digest", "iteration", "uid")  # fmt: skip
 _DAMAGED = ("move it aside (mv {path} {path}.damaged) and start the daemon again: running "
             "jobs re-attach to the new one, the history in the old file is kept there")
 
@@ -105,8 +105,9 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
                     self._migrate(version)
                 self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
                 columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
-                if "iteration" not in columns:  # added within schema 2: older daemons ignore it
-                    self._db.execute("ALTER TABLE jobs ADD COLUMN iteration INTEGER")
+                for added in ("iteration", "uid"):  # added within schema 2: older daemons
+                    if added not in columns:  # read by named columns, and ignore them
+                        self._db.execute(f"ALTER TABLE jobs ADD COLUMN {added} INTEGER")
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                 self.identity_note = store_identity.check(self._db, self.path)
             held = ",".join("?" * len(TERMINAL))

@@ -6,7 +6,7 @@ users. Not a test module (pytest does not collect this file name).
   RUN_DIR (DAEMON:GROUP, 0750, as systemd's RuntimeDirectory makes it);
 - TENANT (in GROUP) runs a real ``adloader run -- python train.py`` job;
 - HOSTILE (in GROUP) attacks it: the daemon's files, the job's environment, forged messages
-  for its job id, signals;
+  for its job id, the job's own token leaked to it, signals;
 - OUTSIDER (not in GROUP) tries to reach the control socket at all.
 
 The interpreter may live where other users cannot reach it (pyenv under /root, 0700); in
@@ -215,6 +215,20 @@ def hostile(args: dict) -> dict:
                                 data_wait_s=0.0, samples_per_s=1.0, workers=1)))
     out["stolen_routing_id_heard"] = sorted(a.type for a in _answers(thief, 2, 1.0))
     thief.close()
+    # (e) the job's own token, leaked (a shared file, a log line): the job is bound to the
+    # user the kernel said registered it, so another user's process is refused all the same
+    leak = context.socket(zmq.DEALER)
+    leak.setsockopt(zmq.LINGER, 0)
+    leak.connect(args["endpoint"])
+    for message in (Heartbeat(job=victim, token=args["leaked_token"], iteration=10**6,
+                              step_s=1.0, data_wait_s=0.0, samples_per_s=1.0, workers=64),
+                    Register(job=victim, token=args["leaked_token"], features=features,
+                             workers=64)):
+        leak.send(encode(message))
+    answers = _answers(leak, 2, 20) + _answers(leak, 1, 0.5)
+    out["leaked_token_answers"] = [a.type for a in answers]
+    out["leaked_token_reasons"] = sorted({getattr(a, "reason", "") for a in answers})
+    leak.close()
     sock.close()
     context.term()
     return out
@@ -440,9 +454,13 @@ class Scenario:
         result["same_user"] = self.role(TENANT, "same-user", {"pid": child})
 
         before = rest.get(f"/v1/jobs/{job}").json()
+        environ = (Path(f"/proc/{child}/environ").read_bytes().split(b"\0"))  # root reads it
+        leaked = next(v.split(b"=", 1)[1].decode() for v in environ
+                      if v.startswith(b"ADLOADER_JOB_TOKEN="))
         result["hostile"] = self.role(HOSTILE, "hostile", {
             "state": str(state), "files": files, "job": job, "endpoint": endpoint,
-            "rest": url, "pids": [run.pid, child], "pgids": [run.pid, os.getpgid(child)]})
+            "rest": url, "pids": [run.pid, child], "pgids": [run.pid, os.getpgid(child)],
+            "leaked_token": leaked})
         result["outsider"] = self.role(OUTSIDER, "outsider", {"socket": str(sock_path)})
         after = rest.get(f"/v1/jobs/{job}").json()
         wait_for(lambda: rest.get(f"/v1/jobs/{job}").json()["iteration"]

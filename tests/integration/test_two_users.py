@@ -116,9 +116,12 @@ def test_forged_messages_for_another_tenants_job_are_refused(observed):
     assert hostile["forged_answers"] == ["refused"]  # ... and every one a refusal
     assert hostile["refusal_reasons"] == ["the token does not match the job"]
     assert hostile["stolen_routing_id_heard"] == ["refused"]  # its own refusal, no more
+    # the job's own token, leaked to another user: refused, the job bound to its own user
+    assert hostile["leaked_token_answers"] == ["refused", "refused"]
+    assert hostile["leaked_token_reasons"] == ["the job belongs to another user"]
     events = observed["victim_events"]
-    # each one logged, and the routing-id thief's own guess too
-    assert events.count("refused") == hostile["forged_sent"] + 1
+    # each one logged, the routing-id thief's own guess and the leaked token's two too
+    assert events.count("refused") == hostile["forged_sent"] + 1 + 2
     assert not {"paused", "failed", "cancelled"} & set(events), events
     after = observed["views"]["after"]
     assert after["state"] == "running" and after["iteration"] < 10**5  # no forged progress

@@ -311,6 +311,37 @@ def test_a_job_started_by_hand_registers_on_first_use_of_its_token(sched, clock)
     assert snapshot(sched) == before
 
 
+def test_a_job_answers_only_to_the_user_the_kernel_said_registered_it(sched, clock):
+    """A job is bound to the uid that first registered it (``SO_PEERCRED``, as the node
+    passes it): its token alone does not let another user's process speak for it — a leaked
+    token, a shared file — on any connection; the same user's new connection takes over as
+    before. Over ``tcp://`` (no uid) nothing is bound and nothing checked."""
+    sched.message(peer("mine.1"), register_msg("mine.1"), uid=1000)
+    job = sched.jobs["mine.1"]
+    assert job.uid == 1000
+    before = snapshot(sched)
+    for msg in (heartbeat(sched, "mine.1"), register_msg("mine.1", workers=8),
+                Finish(job="mine.1", token=token("mine.1"), iterations=10**6)):
+        out = sched.message(b"other", msg, uid=1001)  # the right token, another user
+        assert out.reply == [(b"other", Refused(reason="the job belongs to another user"))]
+        assert out.send == [] and out.changed == []
+    assert snapshot(sched) == before and job.peer == peer("mine.1")
+    out = sched.message(b"again", heartbeat(sched, "mine.1"), uid=1000)  # its own user
+    assert out.reply == [] and job.peer == b"again"
+    out = sched.message(b"tcp", heartbeat(sched, "mine.1"), uid=None)  # no credentials
+    assert out.reply == [] and job.peer == b"tcp"
+    sched.message(b"x", register_msg("over.tcp"), uid=None)
+    assert sched.jobs["over.tcp"].uid is None
+
+
+def test_a_launched_job_is_bound_to_the_user_whose_master_registered_it(sched, clock):
+    start(sched, clock, "j-000001", register=False)
+    out = sched.message(peer("j-000001"), register_msg("j-000001"), uid=0)
+    assert kinds(out) == ["registered"] and sched.jobs["j-000001"].uid == 0
+    out = sched.message(b"other", register_msg("j-000001"), uid=1001)
+    assert out.reply == [(b"other", Refused(reason="the job belongs to another user"))]
+
+
 def test_a_job_started_by_hand_gets_only_what_is_free(sched, clock):
     start(sched, clock, "j-000001", "j-000002")
     assert sched.node_workers() == CAPACITY

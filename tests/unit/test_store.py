@@ -39,6 +39,28 @@ def test_jobs_roundtrip_and_update(tmp_path):
         assert store.update_job("j-999999", state="lost") is None
 
 
+def test_a_job_keeps_the_uid_that_registered_it_and_an_older_store_gains_the_column(tmp_path):
+    """``uid`` (the user the kernel said registered the job) survives a restart; a store the
+    release before wrote (schema 2, no such column) gets it, its jobs kept, theirs None —
+    and that release, reading by named columns, still reads this one's."""
+    path = tmp_path / "adloader.db"
+    with Store(path) as store:
+        a = store.add_job(SPEC, token_digest="tok-a", t=10.0)
+        assert store.get_job(a).uid is None
+        assert store.update_job(a, uid=1000).uid == 1000
+    with Store(path) as store:
+        assert store.get_job(a).uid == 1000
+    with closing(sqlite3.connect(path)) as db:  # as the release before left it
+        db.execute("ALTER TABLE jobs DROP COLUMN uid")
+        db.commit()
+    with Store(path) as store:
+        assert store.get_job(a).uid is None and store.get_job(a).token_digest == "tok-a"
+        store.update_job(a, uid=7)
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT id, state, uid FROM jobs").fetchall() == [(a, "queued", 7)]
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
 def test_bad_updates_are_refused(tmp_path):
     with Store(tmp_path / "s.db") as store:
         job = store.add_job(SPEC, "t")
