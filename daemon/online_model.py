@@ -159,7 +159,8 @@ class OnlineModel:
                 and time.monotonic() - self._last_refit >= self.interval_s):
             self._new_samples, self._last_refit = 0, time.monotonic()
             recent, self._recent = list(self._recent), deque(maxlen=RECENT)
-            if not self._worth_fitting(recent):
+            samples = self._worth_fitting(recent)
+            if samples is None:
                 self.skipped += 1
                 self._reset_interval()
                 return
@@ -167,33 +168,37 @@ class OnlineModel:
                 self.interval_s = min(2 * self.interval_s, REFIT_BACKOFF_MAX_S)
             self._fitted = True
             self._refitting = True
-            threading.Thread(target=self._refit_quietly, name="adloader-refit",
-                             daemon=True).start()
+            threading.Thread(target=self._refit_quietly, args=(samples,),
+                             name="adloader-refit", daemon=True).start()
 
-    def _worth_fitting(self, recent: list) -> bool:
-        """A kind the model in use mispredicts, which a fit from the samples it would read
-        would refit (``refit.fittable``; else it would keep that part as it is, and the fit
-        would cost its CPU for nothing)."""
+    def _worth_fitting(self, recent: list) -> tuple[list, list] | None:
+        """The samples a fit would read, (training, loading), when the model in use
+        mispredicts a kind that a fit from them would refit (``refit.fittable``; else it
+        would keep that part as it is, and the fit would cost its CPU for nothing); else
+        None. The fit is given them: the store is read once a refit."""
         errors = relative_errors(self.scheduler.model, recent)
         if not any(err > REFIT_TOLERANCE for err in errors):
-            return False
-        parts = fittable(*self.store.samples(per_job=FIT_PER_JOB, newest=FIT_WINDOW))
-        return any(err > REFIT_TOLERANCE and part
-                   for part, err in zip(parts, errors, strict=True))
+            return None
+        samples = self.store.samples(per_job=FIT_PER_JOB, newest=FIT_WINDOW)
+        worth = any(err > REFIT_TOLERANCE and part
+                    for part, err in zip(fittable(*samples), errors, strict=True))
+        return samples if worth else None
 
-    def _refit_quietly(self) -> None:
+    def _refit_quietly(self, samples: tuple[list, list]) -> None:
         try:
-            self.fit(quiet=True)
+            self.fit(quiet=True, samples=samples)
         except (InputError, StorageError, ValueError) as exc:
             log.warning("online refit skipped: %s", exc)
         finally:
             self._refitting = False
 
-    def fit(self, quiet: bool = False) -> None:
-        """Refit from the node's own samples; each part keeps the prior until it has
-        enough (InputError when neither has, unless ``quiet``)."""
+    def fit(self, quiet: bool = False, samples: tuple[list, list] | None = None) -> None:
+        """Refit from the node's own samples (``samples``: as the store gave them just now;
+        else read here); each part keeps the prior until it has enough (InputError when
+        neither has, unless ``quiet``)."""
         with self._fitting:
-            training, loading = self.store.samples(per_job=FIT_PER_JOB, newest=FIT_WINDOW)
+            training, loading = samples or self.store.samples(per_job=FIT_PER_JOB,
+                                                              newest=FIT_WINDOW)
             with contextlib.suppress(StorageError):  # the store is bounded: a fit reads no more
                 self.store.prune_samples(FIT_PER_JOB, 5 * FIT_WINDOW)
             if not quiet and len(training) < MIN_REAL and len(loading) < MIN_REAL:

@@ -35,7 +35,7 @@ def _online(model, monkeypatch) -> tuple[OnlineModel, list]:
     monkeypatch.setattr(online_model, "REFIT_INTERVAL_S", 0.0)
     online = OnlineModel(model, _Store(), _Scheduler(model), threading.Lock(),
                          lambda *a: None)
-    monkeypatch.setattr(online, "fit", lambda quiet=False: fits.append(quiet))
+    monkeypatch.setattr(online, "fit", lambda quiet=False, samples=None: fits.append(quiet))
     return online, fits
 
 
