@@ -20,103 +20,137 @@ from here: add fields freely; send a field an older peer cannot ignore only to a
 version says it knows it. Tested with frames from newer and older masters
 (``tests/unit/test_protocol_versions.py``) and with the release before this one, a job and
 a daemon of each, restarted under each other (``tests/integration/test_upgrade.py``).
+
+The messages are msgspec Structs, not pydantic models: every job imports this module as it
+starts, beside two or three others on a node whose cores are already its bottleneck, and
+the master's import cost 0.155 CPU-s after torch's with pydantic, 0.031 with msgspec
+(docs/benchmarks.md, "A job's start without pydantic"). A message is checked against its
+bounds when it is built, as when it is decoded; the REST API keeps pydantic (FastAPI).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError
+import msgspec
+from msgspec import Meta
 
 from adloader import limits
 
 MAX_FRAME = 64 * 1024
 PROTOCOL = 1  # this release's: unknown fields ignored both ways (0: refused)
 
-JobId = Annotated[str, Field(min_length=1, max_length=limits.MAX_JOB_ID,
-                             pattern=limits.JOB_ID_PATTERN)]
-Token = Annotated[str, Field(min_length=1, max_length=limits.MAX_TOKEN)]
-Count = Annotated[int, Field(ge=0, le=limits.MAX_COUNTER)]
-Workers = Annotated[int, Field(ge=0, le=limits.MAX_WORKERS)]
-Seconds = Annotated[float, Field(ge=0, le=limits.MAX_STEP_S, allow_inf_nan=False)]
-ExitCode = Annotated[int, Field(ge=limits.EXIT_CODE_RANGE[0], le=limits.EXIT_CODE_RANGE[1])]
-Text = Annotated[str, Field(max_length=limits.MAX_TEXT)]
+JobId = Annotated[str, Meta(min_length=1, max_length=limits.MAX_JOB_ID,
+                            pattern=limits.JOB_ID_PATTERN)]
+Token = Annotated[str, Meta(min_length=1, max_length=limits.MAX_TOKEN)]
+Count = Annotated[int, Meta(ge=0, le=limits.MAX_COUNTER)]
+Workers = Annotated[int, Meta(ge=0, le=limits.MAX_WORKERS)]
+Seconds = Annotated[float, Meta(ge=0, le=limits.MAX_STEP_S)]  # bounded: no NaN, no infinity
+ExitCode = Annotated[int, Meta(ge=limits.EXIT_CODE_RANGE[0], le=limits.EXIT_CODE_RANGE[1])]
+Text = Annotated[str, Meta(max_length=limits.MAX_TEXT)]
+Name = Annotated[str, Meta(max_length=limits.MAX_NAME)]
+Short = Annotated[str, Meta(max_length=64)]
 SUPERVISORS = ("launcher", "run")  # who reports a job's exit status besides its master
+
+_checking = threading.local()  # set while a message is checked (or decoded): no check again
 
 
 class ProtocolError(ValueError):
-    """A frame that is not a valid message; the receiver logs and drops it."""
+    """A frame that is not a valid message, or a message built out of its bounds; the
+    receiver logs and drops it."""
 
 
-class _Msg(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)  # a newer peer's fields: dropped
-    _unknown: int = PrivateAttr(default=0)  # how many were, in a decoded frame
+def _why(exc: msgspec.ValidationError, kind: str) -> ProtocolError:
+    """``kind: where: what`` of msgspec's ``Expected `int` <= 1024 - at `$.workers```."""
+    text, _, where = str(exc).partition(" - at `$")
+    where = where.strip("`.") or "message"
+    return ProtocolError(f"{kind[:32]!r}: {where}: {text}")
+
+
+# every message kw_only=True: built by keyword, its fields in the order its frames always had
+class _Msg(msgspec.Struct, frozen=True, dict=True):  # dict: room for what decode counted
+    def __post_init__(self) -> None:
+        if getattr(_checking, "on", False):
+            return
+        _checking.on = True
+        try:  # built in code: held to the bounds a decoded frame is held to
+            msgspec.convert(msgspec.to_builtins(self), type(self))
+        except msgspec.ValidationError as exc:
+            raise _why(exc, type(self).__name__) from None
+        finally:
+            _checking.on = False
 
     @property
     def unknown_fields(self) -> int:
         """Fields of the frame this message was decoded from (nested ones included) that
         this release does not know (ignored; the daemon counts them:
         ``adloader_unknown_fields``)."""
-        return self._unknown
+        return self.__dict__.get("_unknown", 0)
 
 
-class JobFeatures(_Msg):
+def replaced(message: _Msg, **changes) -> _Msg:
+    """``message`` with ``changes``, checked as a new message is."""
+    return type(message)(**{**msgspec.structs.asdict(message), **changes})
+
+
+class JobFeatures(_Msg, kw_only=True):
     """What the TPM needs of a job (eq. 6): model, batch B, GPUs n, FLOPs f, size M."""
 
-    model: str = Field(default="", max_length=limits.MAX_NAME)
-    batch_size: int = Field(gt=0, le=limits.MAX_BATCH)
-    gpus: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
-    flops_g: float = Field(gt=0, le=limits.MAX_FLOPS_G, allow_inf_nan=False)
-    params_m: float = Field(gt=0, le=limits.MAX_PARAMS_M, allow_inf_nan=False)
-    iterations: int | None = Field(default=None, gt=0, le=limits.MAX_ITERATIONS)
+    model: Name = ""
+    batch_size: Annotated[int, Meta(gt=0, le=limits.MAX_BATCH)]
+    gpus: Annotated[int, Meta(gt=0, le=limits.MAX_GPUS)] = 1
+    flops_g: Annotated[float, Meta(gt=0, le=limits.MAX_FLOPS_G)]
+    params_m: Annotated[float, Meta(gt=0, le=limits.MAX_PARAMS_M)]
+    iterations: Annotated[int, Meta(gt=0, le=limits.MAX_ITERATIONS)] | None = None
 
 
-class DataSpec(_Msg):
+class DataSpec(_Msg, kw_only=True):
     """What the node cache needs of a job's data (issue 14): the dataset it reads (jobs
     naming the same ``dataset`` of the same ``size`` share one node cache), its mean sample
     size, and its access stream: the loader's ``seed``, ``epochs`` and global ``batch``."""
 
-    dataset: str = Field(min_length=1, max_length=limits.MAX_NAME,
-                         pattern=limits.JOB_ID_PATTERN)
-    size: int = Field(gt=0, le=limits.MAX_SAMPLES)
-    sample_bytes: int = Field(gt=0, le=limits.MAX_SAMPLE_BYTES)
-    seed: int = Field(default=0, ge=0, le=limits.MAX_SEED)
-    epochs: int = Field(default=1, gt=0, le=limits.MAX_EPOCHS)
-    batch: int = Field(gt=0, le=limits.MAX_BATCH)
+    dataset: Annotated[str, Meta(min_length=1, max_length=limits.MAX_NAME,
+                                 pattern=limits.JOB_ID_PATTERN)]
+    size: Annotated[int, Meta(gt=0, le=limits.MAX_SAMPLES)]
+    sample_bytes: Annotated[int, Meta(gt=0, le=limits.MAX_SAMPLE_BYTES)]
+    seed: Annotated[int, Meta(ge=0, le=limits.MAX_SEED)] = 0
+    epochs: Annotated[int, Meta(gt=0, le=limits.MAX_EPOCHS)] = 1
+    batch: Annotated[int, Meta(gt=0, le=limits.MAX_BATCH)]
 
 
 # -- job (application master, or the `adloader run` supervisor) -> daemon -----------
-class Register(_Msg):
+class Register(_Msg, kw_only=True):
     type: Literal["register"] = "register"
     job: JobId
     token: Token
-    pid: int = Field(default=0, ge=0, le=limits.MAX_PID)
-    cpu_group: str | None = Field(default=None, max_length=64)  # its kernel autogroup
+    pid: Annotated[int, Meta(ge=0, le=limits.MAX_PID)] = 0
+    cpu_group: Short | None = None  # its kernel autogroup
     features: JobFeatures
     workers: Workers = 0  # the count the job runs with now
     requested: Workers | None = None
-    world_size: int = Field(default=1, gt=0, le=limits.MAX_GPUS)
+    world_size: Annotated[int, Meta(gt=0, le=limits.MAX_GPUS)] = 1
     supervisor: Literal["launcher", "run"] | None = None  # who will report its exit status
-    name: str | None = Field(default=None, max_length=limits.MAX_NAME)  # what to call it
+    name: Name | None = None  # what to call it
     data: DataSpec | None = None  # asks for the node cache of its dataset
     # its version; None: not said (release 0, and this one: encode leaves None out)
-    protocol: int | None = Field(default=None, ge=0, le=limits.MAX_COUNTER)
+    protocol: Count | None = None
 
 
-class Heartbeat(_Msg):
+class Heartbeat(_Msg, kw_only=True):
     type: Literal["heartbeat"] = "heartbeat"
     job: JobId
     token: Token
     iteration: Count
     step_s: Seconds  # mean GPU step (1/μ) over the interval
     data_wait_s: Seconds  # mean wait for a batch over the interval
-    samples_per_s: float = Field(ge=0, le=limits.MAX_RATE, allow_inf_nan=False)
+    samples_per_s: Annotated[float, Meta(ge=0, le=limits.MAX_RATE)]
     workers: Workers
     applied_seq: Count = 0  # the last command applied
 
 
-class Paused(_Msg):
+class Paused(_Msg, kw_only=True):
     type: Literal["paused"] = "paused"
     job: JobId
     token: Token
@@ -124,7 +158,7 @@ class Paused(_Msg):
     checkpoint: Text | None = None
 
 
-class Finish(_Msg):
+class Finish(_Msg, kw_only=True):
     """The master's last word: training ended (``exit_code`` as the master saw it: 0, or
     1 after an uncaught exception, -2 after Ctrl-C; ``error`` its last line)."""
 
@@ -136,10 +170,10 @@ class Finish(_Msg):
     error: Text | None = None
     # who asked it to stop, when not the daemon ("slurm": the SIGTERM of scancel or a time
     # limit): the daemon records the ending as cancelled (an older one ignores it)
-    stopped_by: str | None = Field(default=None, max_length=64)
+    stopped_by: Short | None = None
 
 
-class Exit(_Msg):
+class Exit(_Msg, kw_only=True):
     """The supervisor's word (``adloader run``): the job's process ended with ``exit_code``,
     or was killed by ``signal``."""
 
@@ -147,41 +181,41 @@ class Exit(_Msg):
     job: JobId
     token: Token
     exit_code: ExitCode | None = None
-    signal: int | None = Field(default=None, ge=1, le=128)
+    signal: Annotated[int, Meta(ge=1, le=128)] | None = None
 
 
 # -- daemon -> job --------------------------------------------------------------------
-class Allocation(_Msg):
+class Allocation(_Msg, kw_only=True):
     """The answer to Register: the workers to run with (0 = load in the main process), and
     the node cache segment of its dataset when it asked for one and the node has one."""
 
     type: Literal["allocation"] = "allocation"
     seq: Count
     workers: Workers
-    heartbeat_s: float = Field(default=1.0, gt=0, le=3600, allow_inf_nan=False)
-    cache: str | None = Field(default=None, max_length=limits.MAX_NAME,
-                              pattern=r"^[A-Za-z0-9_.-]+$")
+    heartbeat_s: Annotated[float, Meta(gt=0, le=3600)] = 1.0
+    cache: Annotated[str, Meta(max_length=limits.MAX_NAME,
+                               pattern=r"^[A-Za-z0-9_.-]+$")] | None = None
 
 
-class Resize(_Msg):
+class Resize(_Msg, kw_only=True):
     type: Literal["resize"] = "resize"
     seq: Count
     workers: Workers
 
 
-class Pause(_Msg):
+class Pause(_Msg, kw_only=True):
     type: Literal["pause"] = "pause"
     seq: Count
     checkpoint: bool = False
 
 
-class Resume(_Msg):
+class Resume(_Msg, kw_only=True):
     type: Literal["resume"] = "resume"
     seq: Count
     workers: Workers
 
 
-class Stop(_Msg):
+class Stop(_Msg, kw_only=True):
     """Cancel: stop at the next batch boundary; after ``grace_s`` the job ends itself."""
 
     type: Literal["stop"] = "stop"
@@ -189,29 +223,38 @@ class Stop(_Msg):
     grace_s: Seconds = 10.0
 
 
-class Refused(_Msg):
+class Refused(_Msg, kw_only=True):
     """The daemon would not take a message (bad token, unknown job); says why."""
 
     type: Literal["refused"] = "refused"
     reason: Text
 
 
-FromJob = Annotated[Register | Heartbeat | Paused | Finish | Exit, Field(discriminator="type")]
-ToJob = Annotated[Allocation | Resize | Pause | Resume | Stop | Refused,
-                  Field(discriminator="type")]
-_FROM_JOB = TypeAdapter(FromJob)
-_TO_JOB = TypeAdapter(ToJob)
+FromJob = Register | Heartbeat | Paused | Finish | Exit
+ToJob = Allocation | Resize | Pause | Resume | Stop | Refused
+_FROM_JOB = {"register": Register, "heartbeat": Heartbeat, "paused": Paused,
+             "finish": Finish, "exit": Exit}
+_TO_JOB = {"allocation": Allocation, "resize": Resize, "pause": Pause, "resume": Resume,
+           "stop": Stop, "refused": Refused}
+
+
+def _no_none(value):
+    if isinstance(value, dict):
+        return {k: _no_none(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def encode(message: _Msg) -> bytes:
-    return message.model_dump_json(exclude_none=True).encode()
+    """The message's frame: its fields as JSON, those that are None left out."""
+    return json.dumps(_no_none(msgspec.to_builtins(message)), separators=(",", ":"),
+                      ensure_ascii=False, allow_nan=False).encode()
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _decode(frame: bytes, adapter: TypeAdapter):
+def _decode(frame: bytes, kinds: dict[str, type[_Msg]]):
     if not isinstance(frame, bytes | bytearray | memoryview):
         raise ProtocolError("frame is not bytes")
     if len(frame) > MAX_FRAME:
@@ -222,30 +265,36 @@ def _decode(frame: bytes, adapter: TypeAdapter):
         raise ProtocolError(f"frame is not JSON: {exc}") from None
     if not isinstance(data, dict) or "type" not in data:
         raise ProtocolError("frame has no message type")
+    kind = data["type"]
+    cls = kinds.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(f"{str(kind)[:32]!r}: type: not a message this peer takes "
+                            f"({', '.join(kinds)})")
+    _checking.on = True
     try:
-        msg = adapter.validate_python(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "message"
-        raise ProtocolError(f"{str(data.get('type'))[:32]!r}: {where}: {err['msg']}") from None
-    msg._unknown = _unknown_in(data, msg)
+        msg = msgspec.convert(data, cls)
+    except msgspec.ValidationError as exc:
+        raise _why(exc, kind) from None
+    finally:
+        _checking.on = False
+    msg.__dict__["_unknown"] = _unknown_in(data, msg)
     return msg
 
 
-def _unknown_in(data: dict, model: BaseModel) -> int:
-    """Fields of ``data`` that ``model``'s class does not know, nested messages included."""
-    known = type(model).model_fields
-    count = len(data.keys() - known.keys())
-    for name in data.keys() & known.keys():
-        value = getattr(model, name)
-        if isinstance(value, BaseModel) and isinstance(data[name], dict):
+def _unknown_in(data: dict, message: _Msg) -> int:
+    """Fields of ``data`` that ``message``'s class does not know, nested messages included."""
+    known = set(type(message).__struct_fields__)
+    count = len(data.keys() - known)
+    for name in data.keys() & known:
+        value = getattr(message, name)
+        if isinstance(value, _Msg) and isinstance(data[name], dict):
             count += _unknown_in(data[name], value)
     return count
 
 
-def decode_from_job(frame: bytes) -> Register | Heartbeat | Paused | Finish | Exit:
+def decode_from_job(frame: bytes) -> FromJob:
     return _decode(frame, _FROM_JOB)
 
 
-def decode_to_job(frame: bytes) -> Allocation | Resize | Pause | Resume | Stop | Refused:
+def decode_to_job(frame: bytes) -> ToJob:
     return _decode(frame, _TO_JOB)

@@ -55,11 +55,11 @@ def _jobs_player(endpoint: str, total: int, done, pause_at: int, go, stop) -> No
     ``go`` once ``pause_at`` have."""
     import zmq
 
-    from adloader.protocol import Finish, Heartbeat, JobFeatures, Register, encode
+    from adloader.protocol import Finish, Heartbeat, JobFeatures, Register, encode, replaced
 
     feats = JobFeatures(model="smResnet20", batch_size=32, flops_g=0.3, params_m=0.9,
                         iterations=10**6)
-    short = feats.model_copy(update={"iterations": 10})  # what the played jobs run
+    short = replaced(feats, iterations=10)  # what the played jobs run
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)

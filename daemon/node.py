@@ -25,7 +25,7 @@ import time
 from adloader.config import DaemonConfig
 from adloader.errors import StorageError
 from adloader.host.cpu_group import cpu_group
-from adloader.protocol import ProtocolError, Register
+from adloader.protocol import ProtocolError, Register, replaced
 from adloader.rest import JobSpec, RecordedSpec
 from adloader.scheduling.throughput import ThroughputModel
 
@@ -244,7 +244,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
         self.counters["unknown_fields"] += msg.unknown_fields  # a newer master's, ignored
         peer, register = self.broker.peer(identity), isinstance(msg, Register)  # who, by the kernel
         if register and peer is not None and peer.pid != msg.pid:  # its word over the job's
-            msg = msg.model_copy(update={"pid": peer.pid})
+            msg = replaced(msg, pid=peer.pid)
         self._kernel_pid = peer.pid if register and peer is not None else 0
         actions = self.scheduler.message(identity, msg, peer.uid if peer is not None else None)
         if actions.reply:

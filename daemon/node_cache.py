@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from adloader.protocol import Allocation, DataSpec
+from adloader.protocol import Allocation, DataSpec, replaced
 
 from .live import ENDED, Actions
 
@@ -89,7 +89,7 @@ class NodeCacheHost:
             if isinstance(msg, Allocation) and spec is not None:
                 name = self._join(job_id, spec)
                 if name is not None:
-                    actions.send[n] = (job_id, msg.model_copy(update={"cache": name}))
+                    actions.send[n] = (job_id, replaced(msg, cache=name))
                     changed = True
         for job_id, kind, _ in list(actions.events):
             spec = self.members.pop(job_id, None) if kind in ENDED else None

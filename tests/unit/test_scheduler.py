@@ -32,6 +32,7 @@ from adloader.protocol import (
     Resize,
     Resume,
     Stop,
+    replaced,
 )
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 
@@ -796,7 +797,7 @@ def _attached_pair(paper_model, clock, cpus: dict[int, tuple[int, float]]) -> Sc
                   completion_window_s=COMPLETION_S, heartbeat_s=1.0, lost_timeout_s=LOST_S,
                   clock=clock, cpus_of=cpus.get)
     for job_id, pid in (("pinned", 1001), ("free", 1002)):
-        msg = register_msg(job_id, workers=CAPACITY).model_copy(update={"pid": pid})
+        msg = replaced(register_msg(job_id, workers=CAPACITY), pid=pid)
         s.message(peer(job_id), msg)
     _beat_through(s, clock, ARRIVAL_S)
     return s
