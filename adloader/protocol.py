@@ -76,11 +76,13 @@ class _Msg(msgspec.Struct, frozen=True, dict=True):  # dict: room for what decod
             return
         _checking.on = True
         try:  # built in code: held to the bounds a decoded frame is held to
-            msgspec.convert(msgspec.to_builtins(self), type(self))
+            checked = msgspec.convert(msgspec.to_builtins(self), type(self))
         except msgspec.ValidationError as exc:
             raise _why(exc, type(self).__name__) from None
         finally:
             _checking.on = False
+        for name in self.__struct_fields__:  # and given its types: a dict its message, an
+            msgspec.structs.force_setattr(self, name, getattr(checked, name))  # int its float
 
     @property
     def unknown_fields(self) -> int:

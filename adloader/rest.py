@@ -242,6 +242,7 @@ class JobView(BaseModel):
     state: JobState
     workers: int | None = None
     pid: int | None = None  # the job's own process (the training command): what to signal
+    uid: int | None = None  # the user whose process registered it (what the kernel said)
     supervisor_pid: int | None = None  # a launched job's supervisor, its process group's leader
     exit_code: int | None = None  # negative: killed by that signal
     reason: str | None = None  # how it ended ("exit code 3", "killed by SIGKILL", ...)
@@ -268,7 +269,7 @@ class JobView(BaseModel):
         """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes; its
         ``pid`` is the supervisor's) and ``pid``, the job's own process when known."""
         fields = ("id", "name", "state", "workers", "exit_code", "reason",
-                  "submitted_at", "started_at", "finished_at")  # fmt: skip
+                  "submitted_at", "started_at", "finished_at", "uid")  # fmt: skip
         return cls(**{f: getattr(record, f, None) for f in fields}, spec=record.spec,
                    throughput=throughput,
                    iteration=iteration, cpu_percent=cpu_percent, pid=pid,

@@ -121,7 +121,7 @@ def measured_profile(cfg: LiveConfig, data: Path, out: Path, trace: Trace, cuda:
     dataset = SyntheticJPEGDataset(data, size=100_000, images=cfg.images,
                                    crop=live_crop(cfg, cuda))
     samples = measure_loading(dataset, list(range(1, capacity + 1)), batch_size=32, batches=12,
-                              rounds=3, progress=progress)
+                              rounds=3, progress=progress, every_round=True)  # noise: the table
     surface = measure_contention(dataset, surface_grid(cfg, trace, capacity), batch_size=32,
                                  window_s=cfg.surface_window_s, rounds=cfg.surface_rounds,
                                  progress=progress) if cfg.surface_rounds > 0 else []

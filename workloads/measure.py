@@ -216,14 +216,33 @@ def measure_training(
 
 
 def node_loading_table(loading: Sequence[LoadingSample]) -> tuple[float, ...]:
-    """L(D) for D = 0..max D measured: L = λ·D/d, averaged per D; gaps interpolated."""
+    """L(D) for D = 0..max D measured: L = λ·D/d, each D's median over its rounds; gaps
+    interpolated.
+
+    A count is credited with more than the best smaller count only where its gain exceeds
+    the noise of the two (half the range of each one's rounds, summed); within it, it is
+    held at that count's level. A plan predicts from this table, and a worker whose gain the
+    measurement cannot show buys nothing sure and costs memory and CPU switches: one sitting
+    here measured 1,463 samples/s at 6 workers against 1,416 at 2, each count's three rounds
+    spread over 64–235 samples/s, and the plan ran 6 workers where 5 trained faster
+    (docs/benchmarks.md, "A job's start without pydantic"). A count clearly below the best
+    keeps its own median: contention past the cores is real. One round a count: the medians
+    as measured."""
     by_d: dict[int, list[float]] = {}
     for s in loading:
         by_d.setdefault(s.node_workers, []).append(s.loading_rate * s.node_workers / s.job_workers)
     known = sorted(by_d)
-    xs = [0, *known]
-    ys = [0.0, *(float(np.mean(by_d[d])) for d in known)]
-    return tuple(float(v) for v in np.interp(np.arange(known[-1] + 1), xs, ys))
+    levels, best, best_noise = [], 0.0, 0.0
+    for d in known:
+        rates = by_d[d]
+        median, noise = statistics.median(rates), (max(rates) - min(rates)) / 2
+        if median > best + best_noise + noise:
+            best, best_noise = median, noise
+            levels.append(median)
+        else:
+            levels.append(best if median >= best - best_noise - noise else median)
+    return tuple(float(v) for v in np.interp(np.arange(known[-1] + 1), [0, *known],
+                                             [0.0, *levels]))
 
 
 def fit_alpha(training: Sequence[TrainingSample]) -> tuple[float, float, float, float, float]:

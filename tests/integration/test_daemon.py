@@ -40,6 +40,7 @@ def test_submitted_job_runs_and_finishes(daemon):
     wait_for(lambda: daemon.job(job)["state"] == "finished", 90, "the job to finish")
     view = daemon.job(job)
     assert view["exit_code"] == 0 and view["iteration"] == 20
+    assert view["uid"] == os.getuid()  # its master registered over ipc://, as this user
     kinds = [e["kind"] for e in daemon.events(job=job)]
     assert kinds.index("launched") < kinds.index("registered") < kinds.index("finished")
     wait_for(lambda: "trained smResnet20: 20 iterations" in
@@ -156,6 +157,7 @@ def test_job_started_by_hand_is_scheduled_like_a_submitted_one(daemon):
         wait_for(lambda: daemon.job(job)["state"] == "finished", 90, "it to finish")
         assert proc.wait(30) == 0
         assert daemon.events("attached", job)
+        assert daemon.job(job)["uid"] == os.getuid()  # the user the kernel said registered it
         if sessions_split_cpu():  # the kernel shares CPU per session: the daemon says so
             assert daemon.events("separate_cpu_group", job)
         else:
