@@ -24,7 +24,7 @@ import pytest
 from ci_rules import cannot, run
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB_SIDE = {"torch", "numpy", "pydantic", "pyzmq", "psutil"}
+JOB_SIDE = {"torch", "numpy", "pydantic", "msgspec", "pyzmq", "psutil"}
 DAEMON_ONLY = ("fastapi", "uvicorn", "sklearn", "scipy", "matplotlib", "httpx", "rich")
 
 PROBE = """
