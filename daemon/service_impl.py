@@ -30,7 +30,7 @@ def _history_json(rec, spec: bytes) -> bytes:
             "pid": None, "supervisor_pid": rec.pid, "exit_code": rec.exit_code,
             "reason": rec.reason, "submitted_at": rec.submitted_at,
             "started_at": rec.started_at, "finished_at": rec.finished_at, "throughput": None,
-            "iteration": rec.iteration, "cpu_percent": None}
+            "iteration": rec.iteration, "cpu_percent": None, "uid": rec.uid}
     return json.dumps(view, separators=(",", ":"))[:-1].encode() + b',"spec":' + spec + b"}"
 
 
