@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -234,10 +234,16 @@ class Refused(_Msg, kw_only=True):
 
 FromJob = Register | Heartbeat | Paused | Finish | Exit
 ToJob = Allocation | Resize | Pause | Resume | Stop | Refused
-_FROM_JOB = {"register": Register, "heartbeat": Heartbeat, "paused": Paused,
-             "finish": Finish, "exit": Exit}
-_TO_JOB = {"allocation": Allocation, "resize": Resize, "pause": Pause, "resume": Resume,
-           "stop": Stop, "refused": Refused}
+
+
+def _by_type(union) -> dict[str, type[_Msg]]:
+    """Each message of ``union`` by its ``type`` (the default its class gives the field)."""
+    return {next(f.default for f in msgspec.structs.fields(cls) if f.name == "type"): cls
+            for cls in get_args(union)}
+
+
+_FROM_JOB = _by_type(FromJob)
+_TO_JOB = _by_type(ToJob)
 
 
 def _no_none(value):
