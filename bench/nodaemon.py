@@ -149,6 +149,8 @@ def summarise(jobs: list[dict], t0: float, watch: RunWatch, once_cpu_s: float = 
     training_s = sum(j["elapsed_s"] for j in jobs)
     cpu = watch.cpu_by_role()
     cpu["master"] = sum(j.get("master_cpu_s", 0.0) for j in jobs)  # inside the jobs
+    # the process's full collections that fell in the masters' threads: shown, not counted
+    cpu["master_gc"] = sum(j.get("master_gc_s", 0.0) for j in jobs)
     overhead = sum(cpu.get(role, 0.0) for role in OVERHEAD)
     first, last = min(j["start_s"] for j in jobs), max(j["end_s"] for j in jobs)
     samples = sum(j["iterations"] * j["batch_size"] for j in jobs)

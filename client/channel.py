@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import zmq
 
+from adloader.host.threads import FullCollections
 from adloader.protocol import (
     MAX_FRAME,
     Allocation,
@@ -47,6 +48,7 @@ class Channel(threading.Thread):
         connect_timeout_s: float = 2.0,
         on_silent: Callable[[], None] | None = None,
         on_refused: Callable[[str], None] | None = None,
+        collections: FullCollections | None = None,
     ):
         super().__init__(name=f"adloader-master-{register.job}", daemon=True)
         self.endpoint = endpoint
@@ -70,6 +72,8 @@ class Channel(threading.Thread):
         self.heartbeat_s = 1.0
         self.dropped_frames = 0  # malformed frames from the daemon
         self.cpu_s = 0.0  # this thread's CPU seconds so far (the master's overhead)
+        self.gc_s = 0.0  # of its time, what full collections took (the process's: not in cpu_s)
+        self._collections = collections
 
     # -- called from other threads ----------------------------------------------------
     def post(self, message) -> None:
@@ -124,7 +128,8 @@ class Channel(threading.Thread):
         connect_deadline = time.monotonic() + self._connect_timeout_s
         next_beat = None
         while True:
-            self.cpu_s = time.thread_time()
+            self.gc_s = self._collections.spent() if self._collections is not None else 0.0
+            self.cpu_s = time.thread_time() - self.gc_s
             now = time.monotonic()
             waits = []
             if not self.settled.is_set():

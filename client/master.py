@@ -30,7 +30,7 @@ from pathlib import Path
 
 from adloader import env as names
 from adloader.host.cpu_group import cpu_group
-from adloader.host.threads import named_threads_cpu_s
+from adloader.host.threads import FullCollections, named_threads_cpu_s
 from adloader.protocol import (
     SUPERVISORS,
     Allocation,
@@ -111,7 +111,9 @@ class JobMaster(ChannelCallbacks):
         if self.nodes > 1:  # this node's part, registered with this node's daemon
             job = self.job = part_id(job, self.node, self.nodes)
         self._lock = threading.Lock()
-        self._hook_cpu_s = 0.0  # CPU seconds spent in on_batch
+        self._hook_cpu_s = 0.0  # CPU seconds spent in on_batch (full collections apart)
+        self._hook_gc_s = 0.0  # full collections that fell in on_batch
+        self._collections: FullCollections | None = None
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._workers = workers  # what the loader runs with (0 while paused/released)
         self._target = workers  # what it runs with once resumed
@@ -133,9 +135,11 @@ class JobMaster(ChannelCallbacks):
                                 world_size=self.local_world,
                                 supervisor=supervisor if supervisor in SUPERVISORS else None,
                                 name=job_name(features), data=data)
+            self._collections = FullCollections().start()
             self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
                                    connect_timeout_s=connect_timeout_s,
-                                   on_silent=self._silent, on_refused=self._refused)
+                                   on_silent=self._silent, on_refused=self._refused,
+                                   collections=self._collections)
             self.channel.start()
         elif self.local_rank == 0:
             where = endpoint or f"({names.ENDPOINT} unset)"
@@ -195,19 +199,29 @@ class JobMaster(ChannelCallbacks):
     # -- the consumer's thread ----------------------------------------------------------
     def cpu_s(self) -> float:
         """CPU seconds the master cost this job so far: its channel thread, libzmq's I/O
-        threads and the batch hook (what ``bench live`` counts as its overhead)."""
+        threads and the batch hook (what ``bench live`` counts as its overhead); the
+        process's full collections that fell in them are ``gc_s``, not this."""
         channel = self.channel.cpu_s if self.channel is not None else 0.0
         return channel + self._hook_cpu_s + named_threads_cpu_s("ZMQbg")
+
+    def gc_s(self) -> float:
+        """CPU seconds of the process's full collections that ran in the master's threads."""
+        channel = self.channel.gc_s if self.channel is not None else 0.0
+        return channel + self._hook_gc_s
 
     def on_batch(self, stats) -> None:
         """The loader hook: record ``stats`` (a BatchStats), then apply pending commands."""
         if os.getpid() != self._pid or self._finished:
             return
         began = time.thread_time()
+        gc_began = self._collections.spent() if self._collections is not None else 0.0
         try:
             self._on_batch(stats)
         finally:
-            self._hook_cpu_s += time.thread_time() - began
+            collected = (self._collections.spent() if self._collections is not None
+                         else 0.0) - gc_began
+            self._hook_gc_s += collected
+            self._hook_cpu_s += time.thread_time() - began - collected
 
     def _on_batch(self, stats) -> None:
         with self._lock:
@@ -374,6 +388,8 @@ class JobMaster(ChannelCallbacks):
                            exit_code=max(min(exit_code, 2**31 - 1), -(2**31)),
                            error=self._error, stopped_by=self._stopped_by)
             self.channel.stop(final if self.channel.allocated.is_set() else None)
+        if self._collections is not None:
+            self._collections.stop()
 
     def _at_exit(self) -> None:
         self.finish(self._exit_code)

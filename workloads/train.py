@@ -236,7 +236,8 @@ def main(argv=None) -> int:
                               "rate": done * args.batch_size / elapsed, "wait_s": waited,
                               "workers": history,
                               "workers_at": loader.changed_at if baseline else None,
-                              "master_cpu_s": job.cpu_s() if job is not None else 0.0})
+                              "master_cpu_s": job.cpu_s() if job is not None else 0.0,
+                              "master_gc_s": job.gc_s() if job is not None else 0.0})
     if job is not None:
         job.finish(0)
     return 0

@@ -38,7 +38,7 @@ CAPACITY = 3  # a worker a job to start with: all three jobs start together
 # CPU-seconds, each between what this 2-core machine measures now and the waste that was cut
 BUDGET = {
     "supervisor_per_job": 0.20,  # now ~0.09: a Python interpreter's start and a wait
-    "master_per_job": 0.05,  # now ~0.01
+    "master_per_job": 0.05,  # now ~0.01; the process's full collections apart (FullCollections)
     "daemon_per_s": 0.04,  # now ~0.02: control loop, heartbeats, REST (refits apart)
     # set at 0.0065 when it measured 0.0039-0.0045; 2026-11-26 the code before that day's
     # changes measured 0.0059-0.0060 and after them 0.0063-0.0069 (paired runs); polled
