@@ -27,9 +27,14 @@ Per plan (re-solved at arrivals, completions and corrections):
    where the weaker found none, the stronger is searched, as before). Taking the first that met
    them kept balance's split where the node loses a little past saturation (each worker
    more costs L(D) 0.4 % on a 2-core machine measured: at ρ = 0.99 one worker each wins,
-   every job ending with balance's). No order meets every deadline: ``fair``'s allocation
-   (the per-instant floor). The planner runs it twice more with the GPU shares its plan
-   leaves.
+   every job ending with balance's). A stronger ρ is taken only where its plan's last job
+   ends no later than the weakest ρ's that found a plan (× (1 + ``GAIN``)): priority where
+   it costs the node no makespan. On this 2-core machine the turns it refuses ((2, 2, 1)
+   for the static mix, the last job left alone) ended it 4 % later than an even split, live,
+   where (1, 1, 1) ended it 3 % sooner (``docs/benchmarks.md``, "Priority that costs no
+   makespan"). ``ftf-turns`` takes them (anywhere within the deadlines), for a lower mean
+   completion. No order meets every deadline: ``fair``'s allocation (the per-instant
+   floor). The planner runs it twice more with the GPU shares its plan leaves.
 
 A heuristic: shortest-first is optimal for Σ C_i on one server, not claimed optimal here.
 The plan and the forward run are compiled loops (``adloader.scheduling.ftf_kernel``): one arrival on
@@ -84,9 +89,11 @@ def _order(mu: np.ndarray, remaining: np.ndarray, top: float) -> list[int]:
 
 
 def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
-        window: float = 0.0, slack: float = SLACK) -> dict[str, int]:
+        window: float = 0.0, slack: float = SLACK, keep_end: bool = True) -> dict[str, int]:
     """The plan now (see the module). Jobs are read through ``.name``, ``.training_rate``
-    (B·μ), ``.remaining`` (S_i) and ``.deadline`` (D_i, s from now; None: projected here)."""
+    (B·μ), ``.remaining`` (S_i) and ``.deadline`` (D_i, s from now; None: projected here).
+    ``keep_end``: a stronger priority only where its last job ends no later than the
+    weakest priority's (``ftf``); False: anywhere within the deadlines (``ftf-turns``)."""
     alpha = check_alpha(alpha)
     n = len(jobs)
     if n == 0:
@@ -106,16 +113,22 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
     rows = Rows.of(table, capacity)
     srpt = _order(mu, remaining, rows.top)
     edf = np.argsort(deadline, kind="stable").tolist()
-    best: tuple[float, np.ndarray] | None = None
+    best: tuple[float, np.ndarray, float] | None = None
+    last: float | None = None  # the weakest priority's last completion: none may end later
     openings: list[np.ndarray] = []  # shortest-first's plan now at each ρ that found one
     for rho in RHOS:  # every ρ: the plan whose jobs end soonest in sum, deadlines kept
         opening = rows.plan(mu[srpt], rho)
         if any(np.array_equal(opening, seen) for seen in openings):
             continue  # the same plan now as a weaker priority that found a plan
         found = _first_on_time(rows, mu, remaining, deadline, window, rho, (srpt, edf))
-        if found is not None:
-            openings.append(opening)
-        if found is not None and (best is None or found[0] < best[0] * (1 - GAIN)):
+        if found is None:
+            continue
+        openings.append(opening)
+        if last is None:
+            last = found[2]
+        if keep_end and found[2] > last * (1 + GAIN) + EPS:
+            continue  # priority that ends the last job later: the node trains less
+        if best is None or found[0] < best[0] * (1 - GAIN):
             best = found
     if best is not None:
         return dict(zip((j.name for j in jobs), best[1].tolist(), strict=True))
@@ -124,10 +137,12 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
 
 
 def _first_on_time(rows: Rows, mu: np.ndarray, remaining: np.ndarray, deadline: np.ndarray,
-                   window: float, rho: float, starts) -> tuple[float, np.ndarray] | None:
-    """(Σ of the predicted completions, the plan now) of the first order, from each start in
-    turn, whose forward run at ``rho`` meets every deadline; a late job moves one place up,
-    2N moves at most from each start. None when no order found does."""
+                   window: float, rho: float,
+                   starts) -> tuple[float, np.ndarray, float] | None:
+    """(Σ of the predicted completions, the plan now, the last completion) of the first
+    order, from each start in turn, whose forward run at ``rho`` meets every deadline; a
+    late job moves one place up, 2N moves at most from each start. None when no order found
+    does."""
     n = len(mu)
     for start in starts:
         order, seen = list(start), set()
@@ -138,7 +153,7 @@ def _first_on_time(rows: Rows, mu: np.ndarray, remaining: np.ndarray, deadline: 
             ends, now = rows.forward(mu, remaining, order, window, rho)
             late = np.flatnonzero(ends[order] > deadline[order] + EPS)
             if not late.size:
-                return float(ends.sum()), now
+                return float(ends.sum()), now, float(ends.max())
             p = int(late[0])
             if p == 0:
                 break  # the first job misses even first
@@ -154,17 +169,24 @@ class FinishFair(Policy):
     uses_lengths = True
     most_jobs = MAX_JOBS
 
-    def __init__(self, alpha: float = DEFAULT_ALPHA):
+    def __init__(self, alpha: float = DEFAULT_ALPHA, keep_end: bool = True):
         self.alpha = alpha
-        self.name = "ftf" if alpha == DEFAULT_ALPHA else f"ftf:{alpha:g}"
+        self.keep_end = keep_end
+        base = "ftf" if keep_end else "ftf-turns"
+        self.name = base if alpha == DEFAULT_ALPHA else f"{base}:{alpha:g}"
         self.shadow: ShadowBalance | None = None  # made by ``rebase``, on the node's table
 
     @classmethod
     def parse(cls, param: str | None) -> FinishFair:
         return cls(DEFAULT_ALPHA if param is None else check_alpha(param))
 
+    @classmethod
+    def parse_turns(cls, param: str | None) -> FinishFair:
+        """``ftf-turns``: turns that end the last job later, within the deadlines."""
+        return cls(DEFAULT_ALPHA if param is None else check_alpha(param), keep_end=False)
+
     def __call__(self, jobs, capacity, loading) -> dict[str, int]:
-        return ftf(jobs, capacity, loading, self.alpha)
+        return ftf(jobs, capacity, loading, self.alpha, keep_end=self.keep_end)
 
     def rebase(self, capacity: int, loading) -> None:
         if self.shadow is None:
@@ -196,10 +218,12 @@ class FinishFair(Policy):
         wanted = [replace(j, deadline=due.get(j.name)) for j in d.jobs]
         if not all(d.length_known):
             return fair(wanted, d.capacity, d.loading, alpha), wanted
-        workers = ftf(wanted, d.capacity, d.loading, alpha, window=d.window)
+        workers = ftf(wanted, d.capacity, d.loading, alpha, window=d.window,
+                      keep_end=self.keep_end)
         for _ in range(2):
             again = d.shares(workers)
             wanted = [replace(a, deadline=w.deadline)
                       for a, w in zip(again, wanted, strict=True)]
-            workers = ftf(wanted, d.capacity, d.loading, alpha, window=d.window)
+            workers = ftf(wanted, d.capacity, d.loading, alpha, window=d.window,
+                          keep_end=self.keep_end)
         return workers, wanted

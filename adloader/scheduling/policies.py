@@ -27,14 +27,16 @@ POLICIES: dict[str, Callable[[str | None], Policy]] = {
     "optimal": Rule.factory("optimal", allocation.optimal),
     "fair": Floored.factory("fair", fair),  # α = 0.95; ``fair:α`` picks another
     "jct": Floored.factory("jct", jct, uses_lengths=True),  # min Σ predicted JCT, fair's floor
-    "ftf": FinishFair.parse,  # least Σ C_i found, no job later than under balance / 0.95
+    "ftf": FinishFair.parse,  # least Σ C_i found, no job later than under balance / 0.95,
+    # and the last no later than the plan of the most Σ T
+    "ftf-turns": FinishFair.parse_turns,  # the same, the last job may end later (turns)
 }
 
 
 def get_policy(name: str | Policy) -> Policy:
     """A new policy object by name, ``name:param`` handing ``param`` to the policy's parser
-    (``fair:α``, ``jct:α``, ``ftf:α``: the sharing floor α in [0, 1]). A policy object is
-    returned as it is."""
+    (``fair:α``, ``jct:α``, ``ftf:α``, ``ftf-turns:α``: the sharing floor α in [0, 1]). A
+    policy object is returned as it is."""
     if isinstance(name, Policy):
         return name
     base, sep, param = str(name).partition(":")
@@ -42,5 +44,5 @@ def get_policy(name: str | Policy) -> Policy:
         parse = POLICIES[base]
     except KeyError:
         raise InputError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)} "
-                         "(or fair:α, jct:α, ftf:α, 0 ≤ α ≤ 1)") from None
+                         "(or fair:α, jct:α, ftf:α, ftf-turns:α, 0 ≤ α ≤ 1)") from None
     return parse(param if sep else None)

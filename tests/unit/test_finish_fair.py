@@ -92,19 +92,41 @@ def saturating(capacity: int, slopes=(493.7, 407.3, -3.5)) -> np.ndarray:
     return np.where(d <= node, d / np.maximum(node, 1) * whole[:, None], 0.0)
 
 
-def test_a_node_that_loses_a_little_past_saturation_still_runs_jobs_in_turn():
+def test_turns_that_end_the_last_job_later_are_ftf_turns_not_ftf():
     """At ρ = 0.99 the fewest workers win (each one more costs the node 0.4 %): one each,
     balance's ends for all. A stronger priority ends the first jobs far sooner and the last
-    still within its deadline; ftf takes the plan whose jobs end soonest in sum."""
+    still within its deadline, but later than one each ends it: ``ftf-turns`` takes it (the
+    plan whose jobs end soonest in sum), ``ftf`` does not (the node would train less)."""
     table, jobs = saturating(6), [JobDemand(f"j{i}", 2_000.0, remaining=12_800.0)
                                   for i in range(3)]
-    plan = ftf(jobs, 6, table)
-    assert sorted(plan.values()) == [1, 1, 4]
-    first = max(plan, key=plan.get)
+    mu, remaining = np.full(3, 2_000.0), np.full(3, 12_800.0)
+    even = balance_ends(mu, remaining, table, 6)
+    turns = ftf(jobs, 6, table, keep_end=False)
+    assert sorted(turns.values()) == [1, 1, 4]
+    first = max(turns, key=turns.get)
     order = [int(first[1])] + [i for i in range(3) if i != int(first[1])]
-    ends, _ = forward(np.full(3, 2_000.0), np.full(3, 12_800.0), table, 6, order, rho=0.5)
-    even = balance_ends(np.full(3, 2_000.0), np.full(3, 12_800.0), table, 6)
+    ends, _ = forward(mu, remaining, table, 6, order, rho=0.5)
+    one_each, _ = forward(mu, remaining, table, 6, [0, 1, 2], rho=0.99)
     assert ends.sum() < 0.8 * even.sum() and ends.max() <= even.max() / 0.95
+    assert ends.max() > one_each.max() * 1.001  # the turns end the last job later
+    assert ftf(jobs, 6, table) == {"j0": 1, "j1": 1, "j2": 1}
+    assert get_policy("ftf-turns").name == "ftf-turns"
+    assert get_policy("ftf-turns:0.9")(jobs, 6, table) == get_policy("ftf-turns:0.9")(
+        jobs, 6, table)
+
+
+def test_ftf_keeps_the_static_mix_s_end_as_this_machine_measured_it():
+    """The daemon's first plan for the static mix in the sitting of 2026-11-27
+    (``docs/live/cpu-2026-11-27j-noise``: its measured L(D), staged 785.5, 690.8, -16.2 a
+    worker; Resnet18 held by its GPU): (2, 2, 1), the last job alone at the end — 33.6–37.0 s
+    with no daemon against 29.5–30.7 for (1, 1, 1). With priority that costs no makespan, one
+    each. ``ftf-turns`` still takes (2, 2, 1)."""
+    table = saturating(6, slopes=(785.4948, 690.7771, -16.2301))
+    jobs = [JobDemand("Resnet18", 577.0, remaining=12_800.0),
+            JobDemand("mdResnet12", 1411.4, remaining=12_800.0),
+            JobDemand("smResnet20", 1411.4, remaining=12_800.0)]
+    assert ftf(jobs, 6, table) == {"Resnet18": 1, "mdResnet12": 1, "smResnet20": 1}
+    assert sorted(ftf(jobs, 6, table, keep_end=False).values()) == [1, 2, 2]
 
 
 def test_a_tight_deadline_goes_first():
