@@ -349,7 +349,7 @@ LOADING = {"model": "d/D·L(D)", "measured": "surface"}  # each truth's loading,
 WARM_UP_SCALE = 0.01  # the untimed warm-up run: a few iterations a job
 # a policy run with each job's CPU share in a cgroup of its own, by this rule
 REFERENCE = "no daemon: even"  # the even split a user sets by hand, on torch's own loader
-FIXED = tuple(f"no daemon: {s}" for s in ("requested", "even", "cores"))
+FIXED = tuple(f"no daemon: {s}" for s in ("requested", "even", "cores", "one"))
 # issue 23's targets for a policy under the daemon, on medians of paired ratios
 TARGETS = {"makespan_vs_best_fixed": ("<=", 1.00), "makespan_vs_requested": ("<=", 0.95),
            "jct_vs_best_fixed": ("<=", 1.00)}

@@ -6,6 +6,8 @@ The baselines of `adloader bench live` (issue 23). Every job is the reference jo
 - ``requested``: the trace's own ``workers`` for each job (6 each in paper-static);
 - ``even``: the node's loading workers split evenly, ``capacity // N`` each;
 - ``cores``: ``num_workers`` = the node's logical cores for every job, as tutorials advise;
+- ``one``: ``num_workers=1`` for every job, the least a user sets for a loader in
+  background processes (on this 2-core machine the static mix's shortest fixed makespan);
 - ``autotune``: each job tunes its own count (``adloader.scheduling.autotune``, no view
   of the node).
 
@@ -39,7 +41,7 @@ from adloader.sim.trace import Trace
 from adloader.workloads.replay import job_command
 
 SETTINGS = ("requested", "even", "cores", "autotune")
-EXTRA = ("even@trace", "elastic")  # even split: on the trace's GPUs; on our loader
+EXTRA = ("even@trace", "elastic", "one")  # even split on the trace's GPUs, on our loader; 1 each
 
 
 def baseline_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict:
@@ -47,7 +49,7 @@ def baseline_workers(trace: Trace, setting: str, capacity: int, cores: int) -> d
     base = setting.split("@")[0]
     even = max(1, capacity // max(len(trace.jobs), 1))
     return {j.name: {"requested": j.workers or even, "even": even, "cores": cores,
-                     "autotune": None, "elastic": even}[base] for j in trace.jobs}
+                     "autotune": None, "elastic": even, "one": 1}[base] for j in trace.jobs}
 
 
 def placement(trace: Trace, setting: str, per_gpu: int) -> dict[str, tuple[int, ...]]:

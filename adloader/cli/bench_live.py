@@ -28,7 +28,7 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
-BASELINES = ("requested", "even", "cores", "autotune", "even@trace", "elastic")
+BASELINES = ("requested", "even", "cores", "autotune", "even@trace", "elastic", "one")
 
 
 def _baselines(text: str) -> tuple[str, ...]:

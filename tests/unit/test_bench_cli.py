@@ -185,6 +185,8 @@ def test_live_takes_its_baselines_and_policies_with_cpu_shares():
     assert _parse("live", "--baselines", "none").baselines == ()
     assert _parse("live", "--policies", "ftf+shares").policies == ("ftf+shares",)
     assert _parse("live", "--policies", "ftf+turn").policies == ("ftf+turn",)
+    assert _parse("live", "--policies", "ftf-turns+turn").policies == ("ftf-turns+turn",)
+    assert _parse("live", "--baselines", "one,cores").baselines == ("one", "cores")
     with pytest.raises(SystemExit):
         _parse("live", "--policies", "fastest+turn")
     with pytest.raises(SystemExit):
@@ -228,3 +230,12 @@ def test_a_floor_slot_that_is_not_a_positive_duration_is_refused_naming_it(value
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--floor-slot" in err and repr(value) in err
+
+
+def test_the_one_baseline_gives_every_job_one_worker_and_counts_as_fixed():
+    from adloader.bench import live, nodaemon
+    from adloader.sim.trace import load_trace
+
+    trace = load_trace("paper-static")
+    assert set(nodaemon.baseline_workers(trace, "one", 6, 2).values()) == {1}
+    assert "no daemon: one" in live.FIXED  # the best fixed setting is chosen among these
