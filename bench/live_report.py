@@ -234,8 +234,8 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
         "worker measured it.",
         f"- Every ratio is paired with `{ref}`'s run of the same round, then the median over "
         "rounds is taken; spread is the min–max of the makespan ratio. Best fixed: of "
-        "requested, even and cores, the one with the least median (per figure), paired "
-        "round by round.",
+        "requested, even, cores and one (those run), the one with the least median (per "
+        "figure), paired round by round.",
         "",
         "## Settings",
         "",

@@ -126,8 +126,8 @@ def bench_live(args) -> int:
         "training-second (after start: without its fitting worker's start, once a busy period, "
         "as the worker measured it); no daemon: "
         "torch's own DataLoader, placed as the daemon places (even@trace: on the trace's own "
-        "GPUs); best fixed: of requested, even and cores, the one with the least median (per "
-        "figure), paired round by round; "
+        "GPUs); best fixed: of requested, even, cores and one (those run), the one with the least "
+        "median (per figure), paired round by round; "
         "targets (issue 23): makespan ≤ 1.00× best fixed and ≤ 0.95× requested, mean JCT "
         "≤ 1.00× best fixed")
     console.print(_output.table(
