@@ -29,10 +29,10 @@ Per plan (re-solved at arrivals, completions and corrections):
    more costs L(D) 0.4 % on a 2-core machine measured: at ρ = 0.99 one worker each wins,
    every job ending with balance's). A stronger ρ is taken only where its plan's last job
    ends no later than the weakest ρ's that found a plan (× (1 + ``GAIN``)): priority where
-   it costs the node no makespan. On this 2-core machine the turns it refuses ((2, 2, 1)
-   for the static mix, the last job left alone) ended it 4 % later than an even split, live,
-   where (1, 1, 1) ended it 3 % sooner (``docs/benchmarks.md``, "Priority that costs no
-   makespan"). ``ftf-turns`` takes them (anywhere within the deadlines), for a lower mean
+   it costs the node no makespan. On this 2-core machine the static mix's turns it refuses
+   ((2, 2, 1), the last job left alone) took 34.0 s at those counts with no daemon, one
+   worker each 30.0 s, the even split 30.9 s (``docs/benchmarks.md``, "Priority that costs
+   no makespan"). ``ftf-turns`` takes them (anywhere within the deadlines), for a lower mean
    completion. No order meets every deadline: ``fair``'s allocation (the per-instant
    floor). The planner runs it twice more with the GPU shares its plan leaves.
 
