@@ -73,7 +73,7 @@ class Channel(threading.Thread):
         self.dropped_frames = 0  # malformed frames from the daemon
         self.cpu_s = 0.0  # this thread's CPU seconds so far (the master's overhead)
         self.gc_s = 0.0  # of its time, what full collections took (the process's: not in cpu_s)
-        self._collections = collections
+        self._collections = collections or FullCollections()  # unstarted: spent 0
 
     # -- called from other threads ----------------------------------------------------
     def post(self, message) -> None:
@@ -128,7 +128,7 @@ class Channel(threading.Thread):
         connect_deadline = time.monotonic() + self._connect_timeout_s
         next_beat = None
         while True:
-            self.gc_s = self._collections.spent() if self._collections is not None else 0.0
+            self.gc_s = self._collections.spent()
             self.cpu_s = time.thread_time() - self.gc_s
             now = time.monotonic()
             waits = []

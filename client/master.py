@@ -113,7 +113,7 @@ class JobMaster(ChannelCallbacks):
         self._lock = threading.Lock()
         self._hook_cpu_s = 0.0  # CPU seconds spent in on_batch (full collections apart)
         self._hook_gc_s = 0.0  # full collections that fell in on_batch
-        self._collections: FullCollections | None = None
+        self._collections = FullCollections()  # started with the channel; until then 0
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._workers = workers  # what the loader runs with (0 while paused/released)
         self._target = workers  # what it runs with once resumed
@@ -135,7 +135,7 @@ class JobMaster(ChannelCallbacks):
                                 world_size=self.local_world,
                                 supervisor=supervisor if supervisor in SUPERVISORS else None,
                                 name=job_name(features), data=data)
-            self._collections = FullCollections().start()
+            self._collections.start()
             self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
                                    connect_timeout_s=connect_timeout_s,
                                    on_silent=self._silent, on_refused=self._refused,
@@ -214,12 +214,11 @@ class JobMaster(ChannelCallbacks):
         if os.getpid() != self._pid or self._finished:
             return
         began = time.thread_time()
-        gc_began = self._collections.spent() if self._collections is not None else 0.0
+        gc_began = self._collections.spent()
         try:
             self._on_batch(stats)
         finally:
-            collected = (self._collections.spent() if self._collections is not None
-                         else 0.0) - gc_began
+            collected = self._collections.spent() - gc_began
             self._hook_gc_s += collected
             self._hook_cpu_s += time.thread_time() - began - collected
 
@@ -388,8 +387,7 @@ class JobMaster(ChannelCallbacks):
                            exit_code=max(min(exit_code, 2**31 - 1), -(2**31)),
                            error=self._error, stopped_by=self._stopped_by)
             self.channel.stop(final if self.channel.allocated.is_set() else None)
-        if self._collections is not None:
-            self._collections.stop()
+        self._collections.stop()
 
     def _at_exit(self) -> None:
         self.finish(self._exit_code)
