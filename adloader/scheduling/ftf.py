@@ -60,6 +60,7 @@ RHOS = (0.99, 0.5, 0.05)  # ρ tried, each rank of priority against the one befo
 GAIN = 1e-3  # a stronger priority is taken when its jobs end this much sooner in sum
 MAX_JOBS = 64
 SLACK = 0.05  # a plan must end every job this share of its deadline early
+WORTH = 0.02  # past the fewest workers loading within this share of L's most, none planned
 
 
 def forward(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray, capacity: int,
@@ -79,6 +80,31 @@ def balance_ends(mu: np.ndarray, remaining: np.ndarray, table: np.ndarray,
                                 np.ascontiguousarray(remaining, dtype=np.float64), rows.table,
                                 rows.capacity, 0.0, np.inf)
     return ends
+
+
+def worth_planning(table: np.ndarray, capacity: int, jobs: int) -> tuple[np.ndarray, int]:
+    """(the table crediting no gain past D*, D*): D* the fewest node workers whose L(D) =
+    λ(D; D) is within ``WORTH`` of the most any D ≤ C loads (at least one worker a job); each
+    row D > D* scaled to load no more than L(D*) (a decline past it is kept). A worker the
+    table credits with less buys nothing the profile can show and costs the node: this
+    machine's static mix loaded 1.5 % less with 6 workers than with 3 with no daemon, where
+    one pipeline alone read them within noise, and the plan that took them ended 4 % later
+    (``docs/benchmarks.md``, "Workers the profile cannot show")."""
+    top = min(int(capacity), table.shape[0] - 1)
+    if top < 1:
+        return table, int(capacity)
+    whole = np.diagonal(table)[:top + 1]
+    enough = int(np.flatnonzero(whole[1:] >= (1 - WORTH) * whole[1:].max())[0]) + 1
+    planned = max(enough, min(jobs, int(capacity)))
+    scale = np.ones(table.shape[0])
+    past = np.arange(table.shape[0]) > planned
+    level = whole[planned] if planned <= top else whole[top]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale[past] = np.minimum(1.0, level / np.diagonal(table)[past])
+    scale = np.where(np.isfinite(scale), scale, 1.0)
+    if (scale >= 1.0).all():
+        return table, planned
+    return table * scale[:, None], planned
 
 
 def _order(mu: np.ndarray, remaining: np.ndarray, top: float) -> list[int]:
@@ -106,11 +132,14 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
     mu = np.array([max(float(j.training_rate), 0.0) for j in jobs])
     remaining = np.array([max(float(getattr(j, "remaining", 0.0) or 0.0), 1.0) for j in jobs])
     given = [getattr(j, "deadline", None) for j in jobs]
+    planned = capacity
+    if keep_end:  # priority that costs no makespan: none bought with workers worth nothing
+        table, planned = worth_planning(table, capacity, n)  # balance's deadlines: all C
     if any(g is None for g in given):
         projected = balance_ends(mu, remaining, table, capacity) / max(alpha, EPS)
         given = [projected[i] if g is None else g for i, g in enumerate(given)]
     deadline = np.array(given, dtype=float) * (1 - slack) if alpha > 0 else np.full(n, np.inf)
-    rows = Rows.of(table, capacity)
+    rows = Rows.of(table, planned)
     srpt = _order(mu, remaining, rows.top)
     edf = np.argsort(deadline, kind="stable").tolist()
     best: tuple[float, np.ndarray, float] | None = None
@@ -189,6 +218,8 @@ class FinishFair(Policy):
         return ftf(jobs, capacity, loading, self.alpha, keep_end=self.keep_end)
 
     def rebase(self, capacity: int, loading) -> None:
+        if self.keep_end:  # balance's run credits no gain the plans may not buy
+            loading, _ = worth_planning(np.asarray(loading, dtype=float), capacity, 0)
         if self.shadow is None:
             self.shadow = ShadowBalance(capacity, loading)
         else:
