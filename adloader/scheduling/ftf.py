@@ -36,6 +36,10 @@ Per plan (re-solved at arrivals, completions and corrections):
    completion. No order meets every deadline: ``fair``'s allocation (the per-instant
    floor). The planner runs it twice more with the GPU shares its plan leaves.
 
+``ftf`` (not ``ftf-turns``) plans no worker past D*, the fewest node workers loading within
+``WORTH`` of the table's most (``worth_planning``), and its deadlines credit balance's workers
+past D* with no gain: a worker the profile cannot show buys no priority.
+
 A heuristic: shortest-first is optimal for Σ C_i on one server, not claimed optimal here.
 The plan and the forward run are compiled loops (``adloader.scheduling.ftf_kernel``): one arrival on
 a node of 16 jobs and 64 workers took ~0.1 ms a decision here with one priority, about 3×

@@ -152,7 +152,7 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
     out.print(report.table(
         f"the declared space (adloader.sim.declared), truth {truth}, CPU shared as the kernel "
         f"shares it: {DEFAULT_POLICY} under the daemon (the node's cores) against the best "
-        "fixed num_workers (per figure, the least of requested, even, cores) and each job's "
+        "fixed num_workers (per figure, the least of requested, even, cores, one) and each job's "
         "autotuner; floor: no schedule's mean JCT is lower (any workers or placement); gain: "
         f"≥ {GAIN:g}× better makespan or mean JCT than the best fixed, cost: > {COST:g}× "
         "worse in both, else a tie",

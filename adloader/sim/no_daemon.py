@@ -3,7 +3,8 @@ the daemon's policies, on one truth.
 
 No daemon means no arrival or completion buffer and no capacity cap: each job runs from its
 arrival with a fixed ``num_workers`` — the trace's own (``requested``), the node's workers
-split evenly (``even``), or the node's cores each (``cores``) — or with its own autotuner
+split evenly (``even``), the node's cores each (``cores``), or one each (``one``, the best
+fixed setting of the live static mix on a 2-core machine) — or with its own autotuner
 (``autotune``: ``adloader.sim.autotuned``, the tuner the live baseline runs), and the CPU is
 shared as ``cpu_sharing`` says (``kernel``: sleeping workers yield, as a Linux node does;
 ``static``: the model's own assumption). The policies run as the daemon runs them: its
@@ -11,7 +12,7 @@ buffers, reallocation, on the same truth, and its capacity as ``adloader daemon`
 default — the node's cores (``base.capacity`` when given); ``even`` splits the same count.
 
 Every ratio is against ``even`` in the same call, and against the best fixed setting: per
-figure, the least of ``requested``, ``even`` and ``cores`` (the simulation is exact, so a
+figure, the least of ``requested``, ``even``, ``cores`` and ``one`` (the simulation is exact, so a
 minimum is not a biased pick of noise). The makespan here runs from the first arrival (the
 simulator's own ``makespan_s`` starts at the first job's start, which leaves the daemon's
 arrival buffer out).
@@ -26,7 +27,7 @@ from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace
 
-SETTINGS = ("requested", "even", "cores")  # fixed num_workers
+SETTINGS = ("requested", "even", "cores", "one")  # fixed num_workers
 AUTOTUNE = "autotune"
 FIGURES = ("makespan_s", "mean_jct_s", "worst_jct_s")
 MIX_FLOOR_LIMIT_S = 60.0  # the whole-trace program of one held-out mix stops here (dual bound)
@@ -34,7 +35,8 @@ MIX_FLOOR_LIMIT_S = 60.0  # the whole-trace program of one held-out mix stops he
 
 def fixed_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict[str, int]:
     even = max(1, capacity // max(len(trace.jobs), 1))
-    return {j.name: {"requested": j.workers or even, "even": even, "cores": cores}[setting]
+    return {j.name: {"requested": j.workers or even, "even": even, "cores": cores,
+                     "one": 1}[setting]
             for j in trace.jobs}
 
 

@@ -192,7 +192,7 @@ def against_no_daemon(out: Console, trace, profile, model, config,
         "kernel shares it; no daemon: no buffers, no capacity cap, fixed num_workers or each "
         f"job's autotuner; the daemon: {capacity} workers, as it takes the node's cores by "
         "default): ratios against the even split, the best fixed setting (per figure, the "
-        "least of requested, even, cores) and the autotuner; makespan from the first arrival",
+        "least of requested, even, cores, one) and the autotuner; makespan from the first arrival",
         ["setting", "workers", "makespan s", "mean JCT s", "makespan × even", "mean JCT × even",
          "worst job JCT × even", "makespan × best fixed", "mean JCT × best fixed",
          "makespan × autotune", "mean JCT × autotune", "Σ × even"],

@@ -20,9 +20,11 @@ def test_the_baselines_run_uncapped_and_the_daemon_pays_its_window(paper_profile
                                                      completion_window_s=30.0,
                                                      hold_arrivals=hold))}
     assert set(rows) == {"no daemon: requested", "no daemon: even", "no daemon: cores",
-                         "no daemon: autotune", "daemon: balance", "daemon: ftf"}
+                         "no daemon: one", "no daemon: autotune", "daemon: balance",
+                         "daemon: ftf"}
     cores = paper_profile.cores
     assert [j["workers_initial"] for j in rows["no daemon: cores"]["jobs"]] == [cores] * 3
+    assert [j["workers_initial"] for j in rows["no daemon: one"]["jobs"]] == [1] * 3
     assert rows["no daemon: even"]["makespan_x_even"] == 1.0
     # the daemon takes the node's cores, as `adloader daemon` does by default; even splits
     # them: the same 8,8,8 split, the daemon's only difference is its arrival buffer — the
