@@ -38,6 +38,7 @@ from adloader.daemon.process import DaemonProcess
 from adloader.errors import InputError
 from adloader.sim.declared import FAST_GPU_STEPS
 from adloader.sim.device_profile import load_profile, save_profile
+from adloader.sim.no_daemon import SETTINGS as FIXED_SETTINGS
 from adloader.sim.trace import Trace, fit_to_gpus, load_trace
 from adloader.workloads.contention import default_grid, measure_contention
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
@@ -349,7 +350,7 @@ LOADING = {"model": "d/D·L(D)", "measured": "surface"}  # each truth's loading,
 WARM_UP_SCALE = 0.01  # the untimed warm-up run: a few iterations a job
 # a policy run with each job's CPU share in a cgroup of its own, by this rule
 REFERENCE = "no daemon: even"  # the even split a user sets by hand, on torch's own loader
-FIXED = tuple(f"no daemon: {s}" for s in ("requested", "even", "cores", "one"))
+FIXED = tuple(f"no daemon: {s}" for s in FIXED_SETTINGS)  # as the simulator's fixed ones
 # issue 23's targets for a policy under the daemon, on medians of paired ratios
 TARGETS = {"makespan_vs_best_fixed": ("<=", 1.00), "makespan_vs_requested": ("<=", 0.95),
            "jct_vs_best_fixed": ("<=", 1.00)}

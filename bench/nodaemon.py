@@ -37,6 +37,7 @@ import psutil
 
 from adloader import env as names
 from adloader.scheduling.planner import place_in_order
+from adloader.sim.no_daemon import fixed_workers
 from adloader.sim.trace import Trace
 from adloader.workloads.replay import job_command
 
@@ -47,9 +48,10 @@ EXTRA = ("even@trace", "elastic", "one")  # even split on the trace's GPUs, on o
 def baseline_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict:
     """Each job's ``num_workers`` under a no-daemon setting (None: the job tunes it)."""
     base = setting.split("@")[0]
-    even = max(1, capacity // max(len(trace.jobs), 1))
-    return {j.name: {"requested": j.workers or even, "even": even, "cores": cores,
-                     "autotune": None, "elastic": even, "one": 1}[base] for j in trace.jobs}
+    if base == "autotune":
+        return {j.name: None for j in trace.jobs}
+    # elastic: the even split on our loader; the fixed counts as the simulator sets them
+    return fixed_workers(trace, "even" if base == "elastic" else base, capacity, cores)
 
 
 def placement(trace: Trace, setting: str, per_gpu: int) -> dict[str, tuple[int, ...]]:

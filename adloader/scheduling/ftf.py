@@ -101,15 +101,11 @@ def worth_planning(table: np.ndarray, capacity: int, jobs: int) -> tuple[np.ndar
     whole = np.diagonal(table)[:top + 1]
     enough = int(np.flatnonzero(whole[1:] >= (1 - WORTH) * whole[1:].max())[0]) + 1
     planned = max(enough, min(jobs, int(capacity)))
-    scale = np.ones(table.shape[0])
-    past = np.arange(table.shape[0]) > planned
-    level = whole[planned] if planned <= top else whole[top]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale[past] = np.minimum(1.0, level / np.diagonal(table)[past])
-    scale = np.where(np.isfinite(scale), scale, 1.0)
-    if (scale >= 1.0).all():
+    level, node = whole[min(planned, top)], np.diagonal(table)
+    over = (np.arange(node.size) > planned) & (node > level)  # rows crediting a gain
+    if not over.any():
         return table, planned
-    return table * scale[:, None], planned
+    return table * np.where(over, level / np.where(over, node, 1.0), 1.0)[:, None], planned
 
 
 def _order(mu: np.ndarray, remaining: np.ndarray, top: float) -> list[int]:
