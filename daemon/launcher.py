@@ -38,6 +38,8 @@ from adloader import env as names
 
 SUPERVISOR = [sys.executable, "-m", "adloader.daemon.supervise"]
 TAIL_LINES = 20
+# the kernel lists each thread's children (CONFIG_PROC_CHILDREN; Linux ≥ 3.5, on by default)
+CHILD_LISTS = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
 class LaunchError(RuntimeError):
@@ -256,13 +258,12 @@ class Launcher:
         return None if usage is None else usage[0]
 
     @staticmethod
-    def process_tree() -> dict[int, list[int]]:
-        """Each process's children, from one pass over the node's processes (psutil's
-        ``children()`` makes that pass once per call: once per job every reading)."""
-        tree: dict[int, list[int]] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            tree.setdefault(proc.info["ppid"], []).append(proc.pid)
-        return tree
+    def process_tree() -> dict[int, list[int]] | None:
+        """``psutil_tree()``, read once for every job of a reading — None where the kernel
+        lists each thread's children (``/proc/PID/task/TID/children``): ``family`` reads a
+        job's own few files instead (the pass costs ~70 µs a process here, 5 ms at 70
+        processes, every reading; a node runs hundreds)."""
+        return None if CHILD_LISTS else psutil_tree()
 
     def cpu_usage(self, job_id: str, tree: dict[int, list[int]] | None = None
                   ) -> tuple[float, float] | None:
@@ -275,13 +276,7 @@ class Launcher:
         if pid is None:
             return None
         percent = seconds = 0.0
-        tree = self.process_tree() if tree is None else tree
-        members, todo = [], [pid]
-        while todo:  # the supervisor and its descendants
-            member = todo.pop()
-            members.append(member)
-            todo.extend(tree.get(member, ()))
-        for member in members:
+        for member in family(pid, self.process_tree() if tree is None else tree):
             with contextlib.suppress(psutil.Error):
                 meter = self._meters.get(member)
                 if meter is None:
@@ -312,6 +307,37 @@ class Launcher:
     def stop_all(self) -> None:
         for job_id in list(self.children):
             self.signal(job_id, signal.SIGKILL)
+
+
+def psutil_tree() -> dict[int, list[int]]:
+    """Each process's children, from one pass over the node's processes (psutil's
+    ``children()`` makes that pass once per call)."""
+    tree: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        tree.setdefault(proc.info["ppid"], []).append(proc.pid)
+    return tree
+
+
+def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid``, as the kernel lists them (none once it is
+    gone)."""
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out.extend(int(c) for c in fh.read().split())
+    return out
+
+
+def family(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]:
+    """``pid`` and its descendants: from ``tree`` (``Launcher.process_tree``) when given,
+    else from the kernel's children lists."""
+    members, todo = [], [pid]
+    while todo:
+        member = todo.pop()
+        members.append(member)
+        todo.extend(_children(member) if tree is None else tree.get(member, ()))
+    return members
 
 
 def group_of_job(pgid: int, job_id: str) -> bool:

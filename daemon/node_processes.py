@@ -78,14 +78,14 @@ class ProcessesMixin:
 
     def _measure_cpu(self) -> None:
         """Each launched job's CPU since the last reading (every STORE_CHECK_S)."""
-        tree = None
-        for job in self.scheduler.jobs.values():
-            if job.state in ACTIVE and job.origin == "rest":
-                tree = self.launcher.process_tree() if tree is None else tree
-                usage = self.launcher.cpu_usage(job.id, tree)
-                job.cpu_percent = None if usage is None else usage[0]
-                if usage is not None:
-                    job.cpu_s = usage[1]
+        launched = [job for job in self.scheduler.jobs.values()
+                    if job.state in ACTIVE and job.origin == "rest"]
+        tree = self.launcher.process_tree() if launched else None  # None: read per job
+        for job in launched:
+            usage = self.launcher.cpu_usage(job.id, tree)
+            job.cpu_percent = None if usage is None else usage[0]
+            if usage is not None:
+                job.cpu_s = usage[1]
         self.launcher.forget_meters()
 
     def _job_started(self, job_id: str, pid: int) -> None:

@@ -20,21 +20,26 @@ Per plan (re-solved at arrivals, completions and corrections):
    re-planned by the same rule, after ``window`` seconds as the caller does). A job that
    would miss D_i (less ``slack``) moves one place up and 3–4 repeat, 2N moves at most
    (fewer when an order comes back: two late jobs trading places find nothing new), from
-   shortest-first then from earliest-deadline-first. Every ρ is tried; of the plans that
-   meet every deadline, the one whose jobs end soonest in sum (a stronger ρ only when it
-   gains ``GAIN``; one whose shortest-first plan now is that of a weaker one which found a
-   plan is not searched: the two differ only after a completion, which is planned again;
-   where the weaker found none, the stronger is searched, as before). Taking the first that met
-   them kept balance's split where the node loses a little past saturation (each worker
-   more costs L(D) 0.4 % on a 2-core machine measured: at ρ = 0.99 one worker each wins,
-   every job ending with balance's). A stronger ρ is taken only where its plan's last job
-   ends no later than the weakest ρ's that found a plan (× (1 + ``GAIN``)): priority where
-   it costs the node no makespan. On this 2-core machine the static mix's turns it refuses
-   ((2, 2, 1), the last job left alone) took 34.0 s at those counts with no daemon, one
-   worker each 30.0 s, the even split 30.9 s (``docs/benchmarks.md``, "Priority that costs
-   no makespan"). ``ftf-turns`` takes them (anywhere within the deadlines), for a lower mean
-   completion. No order meets every deadline: ``fair``'s allocation (the per-instant
-   floor). The planner runs it twice more with the GPU shares its plan leaves.
+   shortest-first, then from earliest-deadline-first, then from least room first (D_i less
+   the job's own time alone: where jobs that need their whole GPU rate to their deadlines
+   and a shorter one with room all want the workers, the first two starts trade two late
+   jobs back and forth; on the declared 64-core node it found the plan they missed,
+   ``docs/benchmarks.md``, "Least room first"); no order is run twice. Every ρ is tried; of
+   the plans that meet every deadline, the one whose jobs end soonest in sum (a stronger ρ
+   only when it gains ``GAIN``; one whose shortest-first plan now is that of a weaker one
+   which found a plan is not searched: the two differ only after a completion, which is
+   planned again; where the weaker found none, the stronger is searched, as before). Taking
+   the first that met them kept balance's split where the node loses a little past
+   saturation (each worker more costs L(D) 0.4 % on a 2-core machine measured: at ρ = 0.99
+   one worker each wins, every job ending with balance's). A stronger ρ is taken only where
+   its plan's last job ends no later than the weakest ρ's that found a plan (× (1 +
+   ``GAIN``)): priority where it costs the node no makespan. On this 2-core machine the
+   static mix's turns it refuses ((2, 2, 1), the last job left alone) took 34.0 s at those
+   counts with no daemon, one worker each 30.0 s, the even split 30.9 s
+   (``docs/benchmarks.md``, "Priority that costs no makespan"). ``ftf-turns`` takes them
+   (anywhere within the deadlines), for a lower mean completion. No order meets every
+   deadline: ``fair``'s allocation (the per-instant floor). The planner runs it twice more
+   with the GPU shares its plan leaves.
 
 ``ftf`` (not ``ftf-turns``) plans no worker past D*, the fewest node workers loading within
 ``WORTH`` of the table's most (``worth_planning``), and its deadlines credit balance's workers
@@ -108,13 +113,6 @@ def worth_planning(table: np.ndarray, capacity: int, jobs: int) -> tuple[np.ndar
     return table * np.where(over, level / np.where(over, node, 1.0), 1.0)[:, None], planned
 
 
-def _order(mu: np.ndarray, remaining: np.ndarray, top: float) -> list[int]:
-    """Shortest predicted remaining time first, each at min(B·μ, L*) (ties keep the caller's
-    order)."""
-    own = remaining / np.maximum(np.minimum(mu, top), EPS)
-    return np.argsort(own, kind="stable").tolist()
-
-
 def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
         window: float = 0.0, slack: float = SLACK, keep_end: bool = True) -> dict[str, int]:
     """The plan now (see the module). Jobs are read through ``.name``, ``.training_rate``
@@ -141,16 +139,28 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
         given = [projected[i] if g is None else g for i, g in enumerate(given)]
     deadline = np.array(given, dtype=float) * (1 - slack) if alpha > 0 else np.full(n, np.inf)
     rows = Rows.of(table, planned)
-    srpt = _order(mu, remaining, rows.top)
+    best = _search(rows, mu, remaining, deadline, window, keep_end)
+    if best is not None:
+        return dict(zip((j.name for j in jobs), best[1].tolist(), strict=True))
+    return fair(jobs, capacity, table, alpha)
+
+
+def _search(rows: Rows, mu: np.ndarray, remaining: np.ndarray, deadline: np.ndarray,
+            window: float, keep_end: bool) -> tuple[float, np.ndarray, float] | None:
+    """Every ρ (see the module): of the plans that meet every deadline, the one whose jobs
+    end soonest in sum; None when no ρ finds one. Ties keep the caller's order."""
+    own = remaining / np.maximum(np.minimum(mu, rows.top), EPS)  # alone, at min(B·μ, L*)
+    srpt = np.argsort(own, kind="stable").tolist()  # shortest first
     edf = np.argsort(deadline, kind="stable").tolist()
+    llf = np.argsort(deadline - own, kind="stable").tolist()  # least room first
     best: tuple[float, np.ndarray, float] | None = None
     last: float | None = None  # the weakest priority's last completion: none may end later
     openings: list[np.ndarray] = []  # shortest-first's plan now at each ρ that found one
-    for rho in RHOS:  # every ρ: the plan whose jobs end soonest in sum, deadlines kept
+    for rho in RHOS:
         opening = rows.plan(mu[srpt], rho)
         if any(np.array_equal(opening, seen) for seen in openings):
             continue  # the same plan now as a weaker priority that found a plan
-        found = _first_on_time(rows, mu, remaining, deadline, window, rho, (srpt, edf))
+        found = _first_on_time(rows, mu, remaining, deadline, window, rho, (srpt, edf, llf))
         if found is None:
             continue
         openings.append(opening)
@@ -160,10 +170,7 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
             continue  # priority that ends the last job later: the node trains less
         if best is None or found[0] < best[0] * (1 - GAIN):
             best = found
-    if best is not None:
-        return dict(zip((j.name for j in jobs), best[1].tolist(), strict=True))
-    return fair(jobs, capacity, table, alpha)
-
+    return best
 
 
 def _first_on_time(rows: Rows, mu: np.ndarray, remaining: np.ndarray, deadline: np.ndarray,
@@ -171,14 +178,15 @@ def _first_on_time(rows: Rows, mu: np.ndarray, remaining: np.ndarray, deadline: 
                    starts) -> tuple[float, np.ndarray, float] | None:
     """(Σ of the predicted completions, the plan now, the last completion) of the first
     order, from each start in turn, whose forward run at ``rho`` meets every deadline; a
-    late job moves one place up, 2N moves at most from each start. None when no order found
-    does."""
+    late job moves one place up, 2N moves at most from each start, no order run twice. None
+    when no order found does."""
     n = len(mu)
+    seen: set[tuple[int, ...]] = set()  # every order run: one met again leads where it did
     for start in starts:
-        order, seen = list(start), set()
+        order = list(start)
         for _ in range(2 * n):
             if tuple(order) in seen:
-                break  # two late jobs swapping back and forth: nothing new to find
+                break  # two late jobs swapping back and forth, or a start's path met again
             seen.add(tuple(order))
             ends, now = rows.forward(mu, remaining, order, window, rho)
             late = np.flatnonzero(ends[order] > deadline[order] + EPS)

@@ -81,6 +81,31 @@ def test_stop_ends_the_whole_process_group(launcher):
     assert not launcher.signal("j-3", signal.SIGTERM)  # gone: nothing is signalled
 
 
+def test_a_job_s_processes_are_read_from_the_kernel_s_children_lists(launcher):
+    """Its supervisor, the job and a worker the job forked from a thread other than its
+    main one (a DataLoader's are forked from the main thread, pin-memory and prefetch
+    threads run beside it): the kernel's per-thread children lists give the same family as
+    a pass over every process on the node, and the job's CPU seconds count the worker's."""
+    from adloader.daemon import launcher as launching
+
+    cmd = [sys.executable, "-c", "import subprocess, sys, threading, time\n"
+           "def fork():\n"
+           "    p = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+           "    print(p.pid, flush=True)\n"
+           "t = threading.Thread(target=fork); t.start(); t.join(); time.sleep(60)"]
+    started = launcher.start("j-4", "tok", cmd, None, {}, 1, (0,))
+    log = Path(started.log_path)
+    assert _wait(lambda: log.read_text().split()[:1] != [])
+    worker = int(log.read_text().split()[0])
+    assert launching.CHILD_LISTS  # this machine's kernel keeps them (Linux ≥ 3.5)
+    by_kernel = launching.family(started.pid)
+    by_pass = launching.family(started.pid, launching.psutil_tree())
+    assert sorted(by_kernel) == sorted(by_pass) and len(by_kernel) == 3
+    assert by_kernel[0] == started.pid and worker in by_kernel
+    assert launcher.process_tree() is None  # no pass over the node where the lists exist
+    assert _wait(lambda: launcher.cpu_usage("j-4")[1] > 0.5)  # the busy worker's CPU
+
+
 def test_the_exit_status_outlives_the_daemon_and_a_job_launches_once(tmp_path):
     first = Launcher(tmp_path / "state", "ipc:///nowhere")
     cmd = [sys.executable, "-c", "import time, sys; time.sleep(1); sys.exit(3)"]

@@ -179,6 +179,27 @@ def test_a_tight_deadline_goes_first():
     assert plan["due"] == 16  # shortest-first would serve "short" first and miss 12 s
 
 
+def test_the_job_with_the_most_room_gives_way_when_two_need_their_whole_gpu_rate():
+    """8 workers, 100 samples/s each; "long" and "mid" need their whole GPU rate (4 and 2
+    workers) to their deadlines, "short" has 5 s of room. Shortest-first and
+    earliest-deadline-first are one order here (short, mid, long): "long" is late behind it,
+    moved up it makes "mid" late, and the two trade places; least room first (mid, long,
+    short) meets every deadline. Before that start was tried, ``fair``."""
+    from adloader.scheduling.ftf import SLACK
+
+    due = {"mid": 33.33, "short": 15.0, "long": 44.1}  # seconds from now, after the slack
+    jobs = [JobDemand("mid", 200.0, remaining=6_600.0, deadline=due["mid"] / (1 - SLACK)),
+            JobDemand("short", 300.0, remaining=3_000.0, deadline=due["short"] / (1 - SLACK)),
+            JobDemand("long", 400.0, remaining=16_800.0, deadline=due["long"] / (1 - SLACK))]
+    plan = ftf(jobs, 8, linear(8))
+    assert plan == {"mid": 2, "short": 2, "long": 4}
+    assert plan != fair(jobs, 8, linear(8))
+    mu = np.array([j.training_rate for j in jobs])
+    ends, _ = forward(mu, np.array([j.remaining for j in jobs]), linear(8), 8, [0, 2, 1],
+                      rho=0.05)
+    assert (ends <= np.array(list(due.values())) + 1e-6).all()
+
+
 def test_no_order_meets_the_deadlines_falls_back_to_fair():
     jobs = [JobDemand("a", 1e9, remaining=18_000.0, deadline=1.0),
             JobDemand("b", 1e9, remaining=18_000.0, deadline=1.0)]
