@@ -89,7 +89,8 @@ class RunWatch:
     @staticmethod
     def role(cmdline: list[str]) -> str:
         text = " ".join(cmdline)
-        if "adloader.daemon.supervise" in text:
+        if "adloader.daemon.supervise" in text or any(  # ``-m``: earlier commits' daemons
+                part.endswith("supervise.py") for part in cmdline):
             return "supervisor"
         if "adloader.daemon.refit" in text:  # the daemon's refit worker (``--for STATE``)
             return "refit"

@@ -36,7 +36,8 @@ import psutil
 
 from adloader import env as names
 
-SUPERVISOR = [sys.executable, "-m", "adloader.daemon.supervise"]
+# standard library only, so no ``site``; ``-P``: not the script's folder on its path either
+SUPERVISOR = [sys.executable, "-S", "-P", str(Path(__file__).with_name("supervise.py"))]
 TAIL_LINES = 20
 # the kernel lists each thread's children (CONFIG_PROC_CHILDREN; Linux ≥ 3.5, on by default)
 CHILD_LISTS = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")

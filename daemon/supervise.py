@@ -1,6 +1,7 @@
 """The launcher's supervisor: one small process per launched job that outlives the daemon.
 
-``python -m adloader.daemon.supervise [--cgroup DIR]... STATUS -- COMMAND...`` first joins
+``python -S -P .../daemon/supervise.py [--cgroup DIR]... STATUS -- COMMAND...`` (a file run
+without ``site``: ``SUPERVISOR`` in ``daemon.launcher``) first joins
 the job's CPU groups (each ``DIR/cgroup.procs``: the job and every worker it forks inherit
 them; a group it cannot join is said in the log and the job runs unconfined), then records
 that it started
@@ -12,7 +13,9 @@ signals), waits for it and writes the exit status to STATUS atomically —
 container's status. A daemon that is down when the job ends
 reads it on restart, so a job that ran to the end is never reported lost. The supervisor
 ignores the termination signals the launcher sends the group (they reach the job itself)
-and exits with the job's status. Standard library only: it starts in milliseconds.
+and exits with the job's status. Standard library only, run without ``site`` (no
+site-packages, no ``.pth`` files: 0.08 s to start here against 0.12 s as ``-m
+adloader.daemon.supervise``, on the launch path of every job and on the node's CPU).
 
 The job goes with its supervisor: it is started with the parent-death signal set to SIGKILL
 (Linux ``PR_SET_PDEATHSIG``), so a supervisor killed outright (``kill -9``, the OOM killer)
@@ -24,13 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-
-from adloader.host.atomic import write_json
 
 # what the launcher (a cancel, an operator's ``cancel --signal``) may send the group: the
 # job gets each, the supervisor lives on to record how it ended
@@ -58,7 +60,23 @@ def _die_with(parent: int):
 
 
 def write_status(path: str, status: dict) -> None:
-    write_json(path, status, indent=None, fsync=True)
+    """``status`` as JSON at ``path``, durably, all or nothing: a temporary file beside it,
+    fsync, rename (``adloader.host.atomic``'s rule; that package is not on this process's
+    path)."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")  # hidden, as atomic's
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            os.write(fd, (json.dumps(status) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def main(argv: list[str]) -> int:
@@ -67,8 +85,7 @@ def main(argv: list[str]) -> int:
         groups.append(argv[1])
         argv = argv[2:]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m adloader.daemon.supervise [--cgroup DIR]... STATUS -- "
-              "COMMAND...", file=sys.stderr)
+        print("usage: supervise.py [--cgroup DIR]... STATUS -- COMMAND...", file=sys.stderr)
         return 2
     status, command = argv[0], argv[2:]
     for group in groups:
