@@ -66,12 +66,10 @@ def write_status(path: str, status: dict) -> None:
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")  # hidden, as atomic's
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        try:
-            os.write(fd, (json.dumps(status) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(status) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

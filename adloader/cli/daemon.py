@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 
 from adloader.config import DaemonConfig, listen_address, validate
@@ -14,6 +15,13 @@ from adloader.daemon.settings import ensure_token, is_loopback, load_config
 from adloader.errors import DaemonBusy, InputError
 
 from . import _options
+
+# How long a thread runs before the interpreter hands the GIL to another that waits (Python's
+# default 5 ms): a REST read waits for it at each hand-over between the event loop, its worker
+# thread and a busy control loop. At 1 ms, under `adloader bench soak --jobs 20000` (4 runs
+# each way, interleaved), the median read's p99 went 33-46 -> 27-31 ms and the reads over
+# 50 ms 3-5 -> 1-3 of 13; the burst the daemon takes did not move (docs/benchmarks.md).
+GIL_SWITCH_S = 0.001
 
 
 def _serve_socket(host: str, port: int, flag: str = "--port") -> socket.socket:
@@ -68,6 +76,7 @@ def _daemon(args) -> int:
         token, _ = ensure_token(config.token_path)
         metrics_token, _ = ensure_token(config.metrics_token_path, group_may_read=True)
         logs.configure(args.log_level, args.log_format)
+        sys.setswitchinterval(GIL_SWITCH_S)  # before the control loop's thread starts
         node = Node(config)
         listener = None
         try:
