@@ -26,6 +26,14 @@ def _wait(cond, timeout=10.0):
     return False
 
 
+def _launch_reading_a_pid(launcher, job_id, cmd):
+    """Launch ``cmd``, which prints the pid of a child it started first: (started, that pid)."""
+    started = launcher.start(job_id, "tok", cmd, None, {}, 1, (0,))
+    log = Path(started.log_path)
+    assert _wait(lambda: log.read_text().split()[:1] != [])
+    return started, int(log.read_text().split()[0])
+
+
 @pytest.fixture
 def launcher(tmp_path):
     launcher = Launcher(tmp_path / "state", "ipc:///nowhere")
@@ -70,10 +78,7 @@ def test_stop_ends_the_whole_process_group(launcher):
     cmd = [sys.executable, "-c", "import subprocess, sys, time; "
            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
            "print(p.pid, flush=True); time.sleep(60)"]
-    started = launcher.start("j-3", "tok", cmd, None, {}, 1, (0,))
-    log = Path(started.log_path)
-    assert _wait(lambda: log.read_text().split()[:1] != [])
-    child = int(log.read_text().split()[0])
+    _, child = _launch_reading_a_pid(launcher, "j-3", cmd)
     assert launcher.signal("j-3", signal.SIGTERM)
     assert _wait(lambda: not psutil.pid_exists(child) or
                  psutil.Process(child).status() == psutil.STATUS_ZOMBIE)
@@ -93,10 +98,7 @@ def test_a_job_s_processes_are_read_from_the_kernel_s_children_lists(launcher):
            "    p = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
            "    print(p.pid, flush=True)\n"
            "t = threading.Thread(target=fork); t.start(); t.join(); time.sleep(60)"]
-    started = launcher.start("j-4", "tok", cmd, None, {}, 1, (0,))
-    log = Path(started.log_path)
-    assert _wait(lambda: log.read_text().split()[:1] != [])
-    worker = int(log.read_text().split()[0])
+    started, worker = _launch_reading_a_pid(launcher, "j-4", cmd)
     assert launching.CHILD_LISTS  # this machine's kernel keeps them (Linux ≥ 3.5)
     by_kernel = launching.family(started.pid)
     by_pass = launching.family(started.pid, launching.psutil_tree())
