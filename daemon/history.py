@@ -20,7 +20,7 @@ from adloader import rest
 from adloader.errors import InputError
 from adloader.rest import EventQuery, JobQuery
 
-from .job_record import JOB_COLUMNS, stored_spec
+from .job_record import HISTORY_VIEW
 
 JOB_CURSOR, EVENT_CURSOR = "j", "e"
 
@@ -76,27 +76,28 @@ def _event_filters(query: EventQuery) -> tuple[list[str], list[Any]]:
 
 
 class HistoryMixin:
-    """Pages of jobs and events; the Store provides ``_query``, ``_jobs`` and the rows."""
+    """Pages of jobs and events; the Store provides ``_read``, ``_jobs`` and the rows."""
 
     def job_page(self, query: JobQuery) -> tuple[list, str | None]:
-        """One page of jobs and the next cursor (None on the last page): each a (record,
-        None) when held in memory, else (record, its spec's JSON as stored), the record's
-        ``spec`` a stand-in (``job_record.stored_spec``)."""
+        """One page of jobs and the next cursor (None on the last page): each an (id, record,
+        None) when held in memory (its view has a live part), else (id, None, its view's JSON
+        as ``HISTORY_VIEW`` writes it)."""
         where, params = _job_filters(query)
-        rows = self._query(f"SELECT {JOB_COLUMNS} FROM jobs "
+        rows = self._read(f"SELECT id, {HISTORY_VIEW} FROM jobs "
                            f"{'WHERE ' + ' AND '.join(where) if where else ''} "
                            "ORDER BY id LIMIT ?", (*params, query.limit + 1))
         more = len(rows) > query.limit
         rows = rows[:query.limit]
-        records = [(self._jobs[row[0]], None) if row[0] in self._jobs else stored_spec(row)
-                   for row in rows]
-        return records, encode_cursor(JOB_CURSOR, rows[-1][0]) if more else None
+        held = self._jobs
+        page = [(i, held[i], None) if i in held else (i, None, view.encode())
+                for i, view in rows]
+        return page, encode_cursor(JOB_CURSOR, rows[-1][0]) if more else None
 
     def event_page(self, query: EventQuery) -> tuple[bytes, str]:
         """One page of events as a JSON array (each ``data`` as stored, not parsed) and the
         cursor that follows it (the same one when the page is empty: poll with it)."""
         where, params = _event_filters(query)
-        rows = self._query(f"SELECT id, t, job, kind, data FROM events WHERE "
+        rows = self._read(f"SELECT id, t, job, kind, data FROM events WHERE "
                            f"{' AND '.join(where)} ORDER BY id LIMIT ?",
                            (*params, query.limit))
         body = ("[" + ",".join(

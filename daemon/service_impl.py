@@ -9,7 +9,6 @@ the node's lock, so a slow count never holds up the control loop or another requ
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -20,18 +19,6 @@ from adloader.version import __version__
 
 from .live import TERMINAL, WAITING
 from .scheduler import ACTIVE
-
-
-def _history_json(rec, spec: bytes) -> bytes:
-    """A job of the history as ``JobView.from_record`` shows it (nothing live), written
-    straight from its record, its spec spliced in as stored: a page of 500 costs a few
-    milliseconds (tests/unit/test_store_retention.py holds it to ``from_record``'s answer)."""
-    view = {"id": rec.id, "name": rec.name, "state": rec.state, "workers": rec.workers,
-            "pid": None, "supervisor_pid": rec.pid, "exit_code": rec.exit_code,
-            "reason": rec.reason, "submitted_at": rec.submitted_at,
-            "started_at": rec.started_at, "finished_at": rec.finished_at, "throughput": None,
-            "iteration": rec.iteration, "cpu_percent": None, "uid": rec.uid}
-    return json.dumps(view, separators=(",", ":"))[:-1].encode() + b',"spec":' + spec + b"}"
 
 
 class NodeServiceMixin:
@@ -60,14 +47,13 @@ class NodeServiceMixin:
 
     def jobs_page(self, query) -> tuple[bytes, str | None]:
         """One page of ``GET /v1/jobs`` (a ``rest.JobQuery``) as JSON, and the next cursor:
-        the held jobs' views from ``_job_json``, the history's straight from its records."""
-        records, cursor = self.store.job_page(query)
-        if all(spec is not None for _, spec in records):  # history only: no lock needed
-            parts = [_history_json(r, spec) for r, spec in records]
+        the held jobs' views from ``_job_json``, the history's as the store wrote them."""
+        page, cursor = self.store.job_page(query)
+        if all(rec is None for _, rec, _ in page):  # history only: no lock needed
+            parts = [view for _, _, view in page]
         else:  # held jobs' live parts are read under the node's lock
             with self.lock:
-                parts = [self._job_json(r) if spec is None else _history_json(r, spec)
-                         for r, spec in records]
+                parts = [view if rec is None else self._job_json(rec) for _, rec, view in page]
         return b"[" + b",".join(parts) + b"]", cursor
 
     def _job_json(self, rec) -> bytes:

@@ -102,7 +102,8 @@ def floor(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
     node = replace(base, capacity=base.capacity or profile.cores)
     out = jct_floor(trace, profile, model, node)
     out.update(groups_mean_jct=out["mean_jct"], method="groups")
-    if slot_s and len({j.arrival_s for j in trace.jobs}) > 1:
+    arrivals = len({j.arrival_s for j in trace.jobs})
+    if slot_s and (arrivals > 1 or out["groups"] > arrivals):  # apart, or a group cut in parts
         whole = whole_trace_floor(trace, profile, model, node, slot_s, time_limit_s,
                                   peak=out["peak_loading"])
         out["whole_trace"] = whole

@@ -47,3 +47,14 @@ def test_an_unknown_policy_is_refused_before_the_daemon_starts():
     with _pytest.raises(InputError, match="α must be in"):
         config_from({}, environ={"ADLOADER_POLICY": "fair:2"})
     assert config_from({"policy": "jct:0.9"}, environ={}).policy == "jct:0.9"
+
+
+def test_malloc_arenas_are_capped_unless_the_operator_set_them(monkeypatch):
+    """glibc's ``mallopt`` takes the cap (this machine's C library is glibc), and an
+    operator's own MALLOC_ARENA_MAX is left to glibc, which read it at start."""
+    from adloader.cli.daemon import _cap_malloc_arenas
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert _cap_malloc_arenas() is True
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert _cap_malloc_arenas() is False

@@ -76,3 +76,24 @@ def test_the_whole_trace_floor_is_under_every_simulated_run_and_above_the_groups
         assert len(rows) == len(no_daemon.SETTINGS) + 1 + 2  # the autotuner, 2 policies
         for r in rows:
             assert r["mean_jct_s"] >= floor["mean_jct"] - 1e-6, (truth, r["setting"])
+
+
+def test_a_group_too_big_for_one_linear_program_is_floored_whole(paper_profile, paper_model):
+    """Seven jobs arriving together are more than one LP takes (``GROUP``): the groups' floor
+    cuts them in parts, each with the node to itself; with a slot the whole-trace program
+    floors them together — higher, and still under every simulated run."""
+    from adloader.sim import no_daemon
+    from adloader.sim.schedule_oracle import GROUP
+    from adloader.sim.simulator import SimConfig
+    from adloader.sim.trace import load_trace
+
+    traced = load_trace("paper-dynamic", paper_profile.gpus)
+    jobs = tuple(j.model_copy(update={"iterations": max(j.iterations // 30, 1),
+                                      "arrival_s": 0.0}) for j in traced.jobs[:GROUP + 1])
+    trace = traced.model_copy(update={"jobs": jobs})
+    config = SimConfig(truth="published", capacity=paper_profile.cores)
+    floor = no_daemon.floor(trace, paper_profile, paper_model, config, slot_s=1.0)
+    assert floor["method"] == "whole trace, 1 s slots"
+    assert floor["mean_jct"] > 1.1 * floor["groups_mean_jct"]
+    for r in no_daemon.compare(trace, paper_profile, paper_model, config):
+        assert r["mean_jct_s"] >= floor["mean_jct"] - 1e-6, r["setting"]

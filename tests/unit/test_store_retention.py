@@ -10,7 +10,6 @@ import pytest
 
 from adloader.daemon.history import EVENT_CURSOR, JOB_CURSOR, decode_cursor, encode_cursor
 from adloader.daemon.retention import Retention
-from adloader.daemon.service_impl import _history_json
 from adloader.daemon.store import Store
 from adloader.errors import InputError
 from adloader.rest import EventQuery, JobQuery, JobSpec, JobView
@@ -36,8 +35,8 @@ def _ended(store: Store, n: int, t0: float, name: str = "r18", state: str = "fin
 def _all_pages(store: Store, **filters) -> list[str]:
     seen, cursor = [], None
     while True:
-        records, cursor = store.job_page(JobQuery(cursor=cursor, **filters))
-        seen += [r.id for r, _ in records]
+        page, cursor = store.job_page(JobQuery(cursor=cursor, **filters))
+        seen += [i for i, _, _ in page]
         if cursor is None:
             return seen
 
@@ -108,13 +107,13 @@ def test_pages_reach_every_job_once_while_jobs_come_and_go(tmp_path):
     with Store(tmp_path / "s.db") as store:
         ids = _ended(store, 12, 0.0)
         seen, cursor = [], None
-        records, cursor = store.job_page(JobQuery(limit=5))
-        seen += [r.id for r, _ in records]
+        page, cursor = store.job_page(JobQuery(limit=5))
+        seen += [i for i, _, _ in page]
         store.prune(Retention(max_age_s=1e9, max_jobs=5, max_events=10_000), now=1.0)
         late = store.add_job(SPEC, "tok", state="running")  # arrives meanwhile
         while cursor is not None:
-            records, cursor = store.job_page(JobQuery(limit=5, cursor=cursor))
-            seen += [r.id for r, _ in records]
+            page, cursor = store.job_page(JobQuery(limit=5, cursor=cursor))
+            seen += [i for i, _, _ in page]
         assert seen == [*ids[:5], *ids[7:], late]  # 5..6 pruned before they were reached
         assert len(set(seen)) == len(seen)
 
@@ -175,12 +174,13 @@ def test_cursors_are_opaque_and_checked():
 
 def test_a_page_of_history_shows_what_a_view_of_the_record_shows(tmp_path):
     with Store(tmp_path / "s.db") as store:
-        (done,) = _ended(store, 1, 100.0, state="failed")
-        store.update_job(done, pid=4242, reason="exit code 3", exit_code=3, workers=0,
-                         started_at=101.0)
+        # a timestamp SQLite's JSON functions would round (15 digits), text JSON escapes
+        (done,) = _ended(store, 1, 1764287023.1234567, state="failed", name='a "b"\té')
+        store.update_job(done, pid=4242, reason="exit code 3:\n\\ \u2028", exit_code=3,
+                         workers=0, started_at=1764287024.0000002)
         live = store.add_job(SPEC, "tok", state="running")
-        (rec, spec), (held, none) = store.job_page(JobQuery())[0]
-        assert held.id == live and none is None and spec is not None
+        (first, rec, view), (second, held, none) = store.job_page(JobQuery())[0]
+        assert (first, rec, second, held.id, none) == (done, None, live, live, None)
         full = store.get_job(done)
         expected = JobView.from_record(full, iteration=full.iteration).model_dump_json()
-        assert json.loads(_history_json(rec, spec)) == json.loads(expected)
+        assert json.loads(view) == json.loads(expected)
