@@ -34,10 +34,17 @@ def least_total_completion(samples: Sequence[float], arrivals: Sequence[float],
                            loading: float, gpu_s: Sequence[float], gpus: Sequence[int],
                            node_gpus: int, slot_s: float = 2.0,
                            horizon_s: float | None = None,
-                           time_limit_s: float = 600.0) -> dict:
+                           time_limit_s: float = 600.0,
+                           deadlines: Sequence[float] | None = None) -> dict:
     """The floor (see the module): ``mean_jct`` (what no schedule goes under: the program's
     dual bound), ``solved_mean_jct`` (its best point: equal when ``optimal``), per job the
-    slot it ends in at that point (``ends``, seconds), ``slot_s``, ``horizon_s``."""
+    slot it ends in at that point (``ends``, seconds), ``slot_s``, ``horizon_s``.
+
+    ``deadlines`` (seconds from the trace's start, ``inf`` for none): the floor of the
+    schedules that end every job by its deadline — a job done by D_i is done by the end of
+    the first slot that ends at or after D_i, so z is 1 from that slot on (looser by at most
+    a slot: still a floor). ``feasible`` is False, and ``mean_jct`` infinite, where no point
+    of the program meets them: then no schedule does."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
@@ -64,6 +71,9 @@ def least_total_completion(samples: Sequence[float], arrivals: Sequence[float],
     def at(block: int, i: int, t: int) -> int:
         return block + i * T + t
 
+    due = np.full(n, np.inf) if deadlines is None else np.asarray(deadlines, dtype=float)
+    if len(due) != n or np.any(due <= a):
+        raise InputError("least_total_completion: a deadline for every job, after its arrival")
     cost = np.zeros(4 * m)
     lower, upper = np.zeros(4 * m), np.zeros(4 * m)
     integral = np.zeros(4 * m)
@@ -74,6 +84,8 @@ def least_total_completion(samples: Sequence[float], arrivals: Sequence[float],
         upper[Y + i * T:Y + (i + 1) * T] = np.inf
         done = (starts + dt) >= a[i] + s[i] / rate[i] - 1e-9  # it can be done by then
         upper[Z + i * T:Z + (i + 1) * T] = done.astype(float)
+        if np.isfinite(due[i]) and (last := int(np.ceil(due[i] / dt - 1e-9)) - 1) < T:
+            lower[Z + i * T + last:Z + (i + 1) * T] = 1.0  # done by the slot D_i ends in
         integral[Z + i * T:Z + (i + 1) * T] = 1
         upper[V + i * T:V + (i + 1) * T] = np.inf
         cost[Z + i * T:Z + (i + 1) * T] = -dt  # Σ_t (1 − z_t)·Δ, its constant apart
@@ -106,11 +118,17 @@ def least_total_completion(samples: Sequence[float], arrivals: Sequence[float],
             prev = [(at(Z, i, t - 1), cap)] if t else []
             row([(at(V, i, t), 1.0), (at(X, i, t), -1.0), (at(Z, i, t), -cap), *prev],
                 -cap, np.inf)
+    unmet = {"mean_jct": np.inf, "solved_mean_jct": np.inf, "optimal": True, "feasible": False,
+             "ends": None, "slot_s": dt, "horizon_s": float(T * dt)}
+    if np.any(lower > upper):  # a job cannot load its samples by its deadline's slot
+        return {**unmet, "message": "a deadline before the job could end alone"}
     matrix = coo_matrix((vals, (rows, cols)), shape=(k, 4 * m)).tocsr()
     res = milp(cost, constraints=LinearConstraint(matrix, lo, hi), integrality=integral,
                bounds=Bounds(lower, upper),
                options={"time_limit": float(time_limit_s), "mip_rel_gap": 1e-6})
     if res.x is None:
+        if res.status == 2:  # infeasible: no schedule meets the deadlines
+            return {**unmet, "message": str(res.message)}
         raise InputError(f"least_total_completion: HiGHS found no point ({res.message})")
     constant = n * T * dt
     bound = getattr(res, "mip_dual_bound", None)
@@ -119,5 +137,5 @@ def least_total_completion(samples: Sequence[float], arrivals: Sequence[float],
     ends = [float((T - z[i].sum() + 1) * dt) for i in range(n)]
     return {"mean_jct": (constant + dual - a.sum()) / n,
             "solved_mean_jct": (constant + float(res.fun) - a.sum()) / n,
-            "optimal": res.status == 0, "ends": ends, "slot_s": dt,
+            "optimal": res.status == 0, "feasible": True, "ends": ends, "slot_s": dt,
             "horizon_s": float(T * dt), "message": str(res.message)}

@@ -112,6 +112,22 @@ def floor(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
     return out
 
 
+def fair_floor(trace: Trace, profile: DeviceProfile, model, base: SimConfig, rows: list[dict],
+               slot_s: float, time_limit_s: float = 600.0, slack: float = 1 / 0.95) -> dict:
+    """The floor of the schedules that keep every job within ``slack`` × its JCT under the
+    even split (``rows``: ``compare``'s, the even split's measured on the same truth): the
+    whole-trace program with those deadlines. The targets ask a gain and that bound at once:
+    where this floor is above 1/1.2 of the best fixed setting's mean JCT, no schedule meets
+    both, whatever its workers or placement."""
+    from adloader.sim.schedule_oracle import whole_trace_floor
+
+    even = next(r for r in rows if r["setting"] == "no daemon: even")
+    node = replace(base, capacity=base.capacity or profile.cores)
+    due = {j["name"]: j["jct_s"] * slack for j in even["jobs"]}
+    return whole_trace_floor(trace, profile, model, node, slot_s, time_limit_s,
+                             deadlines=due)
+
+
 def targets(row: dict, floor: float = 1 / 0.95) -> dict[str, bool]:
     """Issue 23's simulated targets for a policy's row of ``compare``: ≥ 1.2× better makespan
     or mean JCT than the best fixed setting, ≥ 1.1× than the autotuner, no job's JCT worse

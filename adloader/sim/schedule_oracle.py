@@ -128,12 +128,14 @@ def jct_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
 
 def whole_trace_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
                       base: SimConfig | None = None, slot_s: float = 4.0,
-                      time_limit_s: float = 600.0, peak: float | None = None) -> dict:
+                      time_limit_s: float = 600.0, peak: float | None = None,
+                      deadlines: dict[str, float] | None = None) -> dict:
     """A floor under the mean JCT of every schedule of ``trace``, its arrivals included: the
     time-indexed program of ``schedule_mip.least_total_completion`` on the same node as
     ``jct_floor`` (the peak loading, each job's true GPU seconds a sample, any placement);
     tighter than ``jct_floor``'s sum of groups where a group's jobs run into the next
-    arrival, looser by at most the program's slots inside one."""
+    arrival, looser by at most the program's slots inside one. ``deadlines`` (job name ->
+    seconds after its arrival, as a JCT): the floor of the schedules that meet them."""
     from adloader.scheduling.schedule_mip import least_total_completion
 
     sim = Simulator(trace, profile, model, base or SimConfig())
@@ -142,6 +144,8 @@ def whole_trace_floor(trace: Trace, profile: DeviceProfile, model: ThroughputMod
                                  [j.spec.arrival_s for j in jobs], peak or peak_loading(profile),
                                  [j.step_s / j.spec.batch_size for j in jobs],
                                  [j.spec.gpus for j in jobs], sim.gpus, slot_s=slot_s,
-                                 time_limit_s=time_limit_s)
-    out["ends"] = {j.name: c for j, c in zip(jobs, out["ends"], strict=True)}
+                                 time_limit_s=time_limit_s, deadlines=None if deadlines is None
+                                 else [j.spec.arrival_s + deadlines[j.name] for j in jobs])
+    if out["ends"] is not None:
+        out["ends"] = {j.name: c for j, c in zip(jobs, out["ends"], strict=True)}
     return out

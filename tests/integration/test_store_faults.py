@@ -136,6 +136,19 @@ def _recovered(daemon, running: str) -> None:
     assert r.status_code == 201, r.text
 
 
+def _reads_answer(daemon, job: str) -> None:
+    """While the disk fails, every read answers: what the daemon holds in memory (the
+    running job, the node) 200, the history 200 from SQLite's cache or 503 naming the I/O
+    error — never a 500, never a hang."""
+    for path in (f"/v1/jobs/{job}", "/v1/node", "/v1/allocations", "/healthz"):
+        r = daemon.http.get(path)
+        assert r.status_code == 200, (path, r.status_code, r.text)
+    for path in ("/v1/jobs", "/v1/jobs?state=finished", "/v1/events?limit=500"):
+        r = daemon.http.get(path)
+        assert r.status_code == 200 or (r.status_code == 503 and "I/O error"
+                                        in r.json()["detail"]), (path, r.status_code, r.text)
+
+
 @pytest.fixture
 def started(mounts):
     """A daemon whose state folder is on a file system of the kind asked for, with one job
@@ -211,6 +224,7 @@ def test_io_errors_that_clear_refuse_writes_keep_the_job_and_recover(started):
     daemon, point, job = started("fuse")
     _switch(point).write_text("EIO")
     _refused(daemon, "io_error", "I/O error")
+    _reads_answer(daemon, job)
     wait_for(lambda: daemon.http.get("/healthz").json().get("unwritten_jobs"), 30,
              "the job's end, held in memory")
     assert daemon.proc.poll() is None

@@ -97,3 +97,51 @@ def test_a_group_too_big_for_one_linear_program_is_floored_whole(paper_profile, 
     assert floor["mean_jct"] > 1.1 * floor["groups_mean_jct"]
     for r in no_daemon.compare(trace, paper_profile, paper_model, config):
         assert r["mean_jct_s"] >= floor["mean_jct"] - 1e-6, r["setting"]
+
+
+def test_deadlines_floor_the_schedules_that_meet_them_by_hand():
+    # the node loads 100 samples/s; A (1,000 samples) and B (100) at 0. Free: B first, at 1,
+    # then A at 11: mean 6. A due by 10.5: B cannot go first (A would end at 11), and
+    # whatever B loads before A ends delays A: A at 10, B at 11 — mean 10.5.
+    free = least_total_completion([1000, 100], [0, 0], 100.0, [FAST] * 2, [1, 1], 4,
+                                  slot_s=0.5)
+    due = least_total_completion([1000, 100], [0, 0], 100.0, [FAST] * 2, [1, 1], 4,
+                                 slot_s=0.5, deadlines=[10.5, float("inf")])
+    assert free["feasible"] and due["feasible"] and due["optimal"]
+    assert 5.75 <= free["mean_jct"] <= 6 + 1e-6
+    assert 10.25 <= due["mean_jct"] <= 10.5 + 1e-6
+    # a deadline no schedule meets: A alone needs 10 s
+    unmet = least_total_completion([1000, 100], [0, 0], 100.0, [FAST] * 2, [1, 1], 4,
+                                   slot_s=0.5, deadlines=[9.0, float("inf")])
+    assert not unmet["feasible"] and unmet["mean_jct"] == float("inf")
+    # both due by 10.4 (by 10.5, the slot it ends in): together 11 s of loading: no
+    # schedule, found by the solver
+    both = least_total_completion([1000, 100], [0, 0], 100.0, [FAST] * 2, [1, 1], 4,
+                                  slot_s=0.5, deadlines=[10.4, 10.4])
+    assert not both["feasible"]
+    with pytest.raises(InputError, match="deadline"):
+        least_total_completion([1000], [5], 100.0, [FAST], [1], 4, deadlines=[5.0])
+
+
+def test_the_fair_floor_is_between_the_floor_and_the_even_split(paper_profile, paper_model):
+    """Three of the dynamic trace's jobs: the floor of schedules that keep every job within
+    1/0.95 of its even-split JCT is no lower than the floor of all schedules, and no higher
+    than the even split's own mean JCT (which keeps them)."""
+    from adloader.sim import no_daemon
+    from adloader.sim.simulator import SimConfig
+    from adloader.sim.trace import load_trace
+
+    traced = load_trace("paper-dynamic", paper_profile.gpus)
+    trace = traced.model_copy(update={"jobs": tuple(
+        j.model_copy(update={"iterations": j.iterations // 4, "arrival_s": 0.0})
+        for j in traced.jobs[:3])})
+    config = SimConfig(truth="published", capacity=paper_profile.cores)
+    rows = no_daemon.compare(trace, paper_profile, paper_model, config, ("ftf",))
+    even = next(r for r in rows if r["setting"] == "no daemon: even")
+    free = no_daemon.floor(trace, paper_profile, paper_model, config)
+    fair = no_daemon.fair_floor(trace, paper_profile, paper_model, config, rows, 1.0)
+    assert fair["feasible"]
+    assert free["mean_jct"] - 1.0 <= fair["mean_jct"] <= even["mean_jct_s"] + 1e-6
+    tight = no_daemon.fair_floor(trace, paper_profile, paper_model, config, rows, 1.0,
+                                 slack=0.5)  # every job in half its even-split time
+    assert not tight["feasible"]

@@ -5,6 +5,7 @@ reach every job exactly once, whatever arrives or is pruned between them."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -184,3 +185,36 @@ def test_a_page_of_history_shows_what_a_view_of_the_record_shows(tmp_path):
         full = store.get_job(done)
         expected = JobView.from_record(full, iteration=full.iteration).model_dump_json()
         assert json.loads(view) == json.loads(expected)
+
+
+def test_a_page_is_read_while_a_write_holds_the_store(tmp_path):
+    """Pages are read on a connection of their own: a write transaction open in another
+    thread (it holds the store's lock) does not hold the page back, and what it has not
+    committed is not on the page."""
+    with Store(tmp_path / "s.db") as store:
+        ids = _ended(store, 3, 0.0)
+        writing, release, read = threading.Event(), threading.Event(), threading.Event()
+        pages = []
+
+        def write() -> None:
+            with store._transaction() as db:
+                db.execute("UPDATE jobs SET name = 'renamed' WHERE id = ?", (ids[0],))
+                writing.set()
+                release.wait(30)
+
+        def page() -> None:
+            pages.append(store.job_page(JobQuery())[0])
+            read.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            assert writing.wait(10)
+            threading.Thread(target=page, daemon=True).start()
+            assert read.wait(10), "the page waited for the write's lock"
+        finally:
+            release.set()
+            writer.join(10)
+        assert [i for i, _, _ in pages[0]] == ids
+        assert json.loads(pages[0][0][2])["name"] == "r18"  # not the uncommitted name
+        assert store.get_job(ids[0]).name == "renamed"
