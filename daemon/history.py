@@ -84,8 +84,8 @@ class HistoryMixin:
         as ``HISTORY_VIEW`` writes it)."""
         where, params = _job_filters(query)
         rows = self._read(f"SELECT id, {HISTORY_VIEW} FROM jobs "
-                           f"{'WHERE ' + ' AND '.join(where) if where else ''} "
-                           "ORDER BY id LIMIT ?", (*params, query.limit + 1))
+                          f"{'WHERE ' + ' AND '.join(where) if where else ''} "
+                          "ORDER BY id LIMIT ?", (*params, query.limit + 1))
         more = len(rows) > query.limit
         rows = rows[:query.limit]
         held = self._jobs
@@ -98,8 +98,8 @@ class HistoryMixin:
         cursor that follows it (the same one when the page is empty: poll with it)."""
         where, params = _event_filters(query)
         rows = self._read(f"SELECT id, t, job, kind, data FROM events WHERE "
-                           f"{' AND '.join(where)} ORDER BY id LIMIT ?",
-                           (*params, query.limit))
+                          f"{' AND '.join(where)} ORDER BY id LIMIT ?",
+                          (*params, query.limit))
         body = ("[" + ",".join(
             f'{{"id":{i},"t":{t!r},"job":{json.dumps(job)},"kind":{json.dumps(kind)},'
             f'"data":{data}}}' for i, t, job, kind, data in rows) + "]").encode()
