@@ -51,3 +51,11 @@ def test_the_bench_prints_a_row_per_member_and_the_floor_holds(run, tmp_path):
     assert "the declared space" in out and "verdict" in out
     code, _, err = run("bench", "declared", "--mixes", "paper-static,bogus")
     assert code == 2 and "no declared mix bogus" in err
+
+
+@pytest.mark.parametrize("fair, verdict", [
+    (None, "tie"), (0.82, "tie"), (0.85, "tie (no schedule within 1/0.95 of even gains 1.2×)")])
+def test_the_fair_floor_closes_a_tie_the_floor_leaves_open(fair, verdict):
+    row = dict(makespan_x_best_fixed=1.0, mean_jct_x_best_fixed=0.84)
+    assert declared.verdict(row, 0.8, fair) == verdict
+    assert declared.verdict(row, 0.9, fair) == "tie (no schedule gains 1.2×)"
