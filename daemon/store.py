@@ -141,8 +141,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         reads the last commit without waiting for the lock a write holds (under a burst of
         jobs a page's query waited up to 70 ms for it). None where it cannot be opened."""
         with self._read_lock:
-            if self._reader is not None:
-                self._reader.close()
+            self._close_reader()
             try:
                 self._reader = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro",
                                                uri=True, check_same_thread=False,
@@ -150,6 +149,12 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
                 self._reader.execute("PRAGMA cache_size=-256")  # KiB: the OS caches the file
             except sqlite3.Error:
                 self._reader = None
+
+    def _close_reader(self) -> None:
+        """Close the reader (under ``_read_lock``), if one is open."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def _migrate(self, version: int) -> None:
         """From schema ``version`` to this one, after a whole backup beside the file
@@ -242,9 +247,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
     def close(self) -> None:
         """Checkpoint the WAL into the file and close."""
         with self._read_lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
+            self._close_reader()
         with self._lock:
             with suppress(sqlite3.Error):
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -118,8 +118,7 @@ def run_space(paper: DeviceProfile, model_for, base: SimConfig, policy: str = "f
         floor_x = floor["mean_jct"] / best["mean_jct_s"]["mean_jct_s"]
         span_x = floor["makespan"] / best["makespan_s"]["makespan_s"]
         fair_x = None  # the floor of the schedules within 1/0.95 of even, where it decides
-        if floor_slot and min(floor_x, span_x) <= 1 / GAIN and min(
-                mine["makespan_x_best_fixed"], mine["mean_jct_x_best_fixed"]) > 1 / GAIN:
+        if floor_slot and verdict(mine, min(floor_x, span_x)) == "tie":  # an open tie
             fair = no_daemon.fair_floor(trace, profile, model, config, compared, floor_slot)
             fair_x = fair["mean_jct"] / best["mean_jct_s"]["mean_jct_s"]
         rows.append({
