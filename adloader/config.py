@@ -16,8 +16,9 @@ def _default_state_dir() -> str:
     return os.path.join(base, "adloader")
 
 
-# how each job's CPU weight follows the plan (adloader.host.cpu_share): by its workers, or in turn
-CPU_SHARE_RULES = ("workers", "turn")
+# how each job's CPU weight follows the plan (adloader.host.cpu_share): by its workers, in turn,
+# or in the order the jobs are predicted to end
+CPU_SHARE_RULES = ("workers", "turn", "order")
 # how soon an arrival that could start now is decided (the daemon's and the simulator's): long
 # enough that a client's burst of submissions (a few ms each) shares one decision, short beside
 # a job's own start-up (~2 s here); a later arrival of a longer burst is decided again before

@@ -218,7 +218,8 @@ def _daemon_run(cfg: LiveConfig, policy: str, round_: int, root: Path, profile: 
     from the moment the replay starts to each job's last batch, rates from the jobs' reports.
     ``POLICY+shares``: each job in a cgroup of its own, weighted by its workers (root);
     ``POLICY+turn``: the same, a job held at one worker while others hold more weighted least
-    (``adloader.host.cpu_share``, the rule ``turn``)."""
+    (``adloader.host.cpu_share``, the rule ``turn``); ``POLICY+order``: the same, weighted in
+    the order the jobs are predicted to end (the rule ``order``)."""
     label, (policy, rule) = policy, policy_label.split(policy)
     shares = rule is not None
     state, reports = root / f"state-{label}-{round_}", root / f"reports-{label}-{round_}"

@@ -8,12 +8,15 @@ Off unless the ``cpu_shares`` setting names the groups' parent; a node where the
 cannot be made runs without them, and says so once. Under the rule ``turn``
 (``cpu_share_rule``) a job the plan holds at one worker while others hold more runs on the
 CPU they leave; while any job is held, the jobs' loading rates are not what the TPM's d/D
-split describes, so ``for_the_model`` keeps them out of the TPM's samples."""
+split describes, so ``for_the_model`` keeps them out of the TPM's samples. Under the rule
+``order`` the weights rank the running jobs by their predicted time to the end alone
+(``end_order``), and while more than one runs their loading rates stay out of the model too."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping
 
@@ -42,6 +45,7 @@ class JobShares:
         self.groups: CpuShares | None = None
         self.record, self.rule = record, rule
         self.written: dict[str, int] = {}
+        self.order: list[str] = []  # the rule ``order``'s last ranking
         try:
             self.groups = CpuShares(parent=parent)
         except StorageError as exc:
@@ -97,26 +101,53 @@ class JobShares:
         self.record(job_id, "cpu_group_joined", {"pids": moved})
         return True
 
-    def follow(self, jobs: Mapping) -> None:
-        """Weights for the running jobs' workers; groups of ended jobs dropped."""
+    def follow(self, jobs: Mapping, peak: float = math.inf) -> None:
+        """Weights for the running jobs' workers; groups of ended jobs dropped. ``peak``: the
+        node's most loading rate L* (samples/s), for the rule ``order``."""
         if self.groups is None:
             return
         running = {k: j.workers for k, j in jobs.items() if j.state == "running"}
         for gone in [k for k in self.written if k not in running]:
             self.groups.remove(gone)
             self.written.pop(gone)
-        if running and running != {k: self.written.get(k) for k in running}:
+        order = end_order([jobs[k] for k in running], peak) if self.rule == "order" else []
+        if running and (running != {k: self.written.get(k) for k in running}
+                        or order != self.order):
             try:
-                weights = self.groups.set_workers(running, self.rule)
+                weights = self.groups.set_workers(running, self.rule, order)
             except OSError as exc:
                 log.error("CPU shares not written: %s", exc)
                 return
-            self.written = dict(running)
-            self.record(None, "cpu_shares", {"weights": weights, "rule": self.rule})
+            self.written, self.order = dict(running), order
+            self.record(None, "cpu_shares", {"weights": weights, "rule": self.rule,
+                                             **({"order": order} if order else {})})
 
     def for_the_model(self, samples: list) -> list:
         """The TPM's samples of one turn, less loading rates taken while jobs are held under
-        the rule ``turn`` (they follow the weights then, not the workers)."""
-        if self.groups is None or self.rule != "turn" or not held(self.written):
+        the rule ``turn``, or while more than one job runs under ``order`` (they follow the
+        weights then, not the workers)."""
+        if self.groups is None or not (self.rule == "turn" and held(self.written)
+                                       or self.rule == "order" and len(self.written) > 1):
             return samples
         return [s for s in samples if not isinstance(s[1], LoadingSample)]
+
+
+def end_order(jobs: list, peak: float = math.inf) -> list[str]:
+    """The jobs' ids in order of priority. Each job's time to the end alone is its remaining
+    samples over min(c_i·B·F_μ, L*) (its plan's GPU ceiling, the node's most loading). The job
+    with the longest goes first where its GPU cannot train as fast as the node loads: it is
+    the mix's critical path, and ahead of the others it still takes only what its GPU trains
+    (its workers sleep once its queue is full), so the node ends no later for it. The others
+    follow shortest first (the least mean completion time); of jobs predicted alike the one
+    whose GPU is slowest goes first — alone at the end, a job the node loads faster than its
+    GPU trains leaves the node's CPU idle — then the earliest submitted."""
+    def key(job):
+        ceiling = job.ceiling if job.ceiling > 0 else math.inf
+        rate = min(ceiling, peak)  # neither known: its time is not (after the others)
+        alone = round(job.remaining_samples / rate, 3) if math.isfinite(rate) else math.inf
+        return (alone, ceiling, job.submitted, job.id)
+    ranked = sorted(jobs, key=key)
+    critical = max(ranked, key=key, default=None)
+    if critical is not None and math.isfinite(key(critical)[0]) and critical.ceiling < peak:
+        ranked = [critical, *(j for j in ranked if j is not critical)]
+    return [j.id for j in ranked]

@@ -305,8 +305,9 @@ SETTINGS = {
     "--cpu-shares": ("cpu_shares", str, "put each job in a cgroup of its own under this parent "
                      "(e.g. adloader), its CPU weight following its workers (needs root)"),
     "--cpu-share-rule": ("cpu_share_rule", str, "how the groups' weights follow the plan: "
-                         "workers (by each job's workers, the default) or turn (a job held at "
-                         "one worker while others hold more gets the least weight)"),
+                         "workers (by each job's workers, the default), turn (a job held at "
+                         "one worker while others hold more gets the least weight) or order "
+                         "(the job predicted to end first weighted most, 8× the next)"),
     "--retain-days": ("retain_days", float, "days ended jobs, their events and logs are kept "
                       "(default 7)"),
     "--retain-jobs": ("retain_jobs", int, "ended jobs kept at most, the oldest pruned first "

@@ -20,14 +20,19 @@ keeps the node's total at the default, so jobs outside adloader's parent keep th
 is the rule ``workers``. The rule ``turn`` makes a plan that runs the jobs in turn take
 effect: a job held at one worker while another job holds more gets the kernel's least
 weight, so its worker runs on the CPU the served jobs leave (their prefetch queues full)
-instead of a share of its own; the served jobs are weighted by their workers as before.
+instead of a share of its own; the served jobs are weighted by their workers as before. The
+rule ``order`` gives priority without moving a worker: each job's weight by its workers is
+scaled by ``ORDER_RATIO`` for each job predicted to end after it (the caller's order, first to
+end first), the node's total kept. The job ahead gets the CPU its workers can use, the next the
+CPU it leaves, and so on: the jobs end one after another instead of together, while every
+worker stays runnable, so the kernel keeps the node busy as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from adloader.config import CPU_SHARE_RULES
@@ -36,6 +41,7 @@ from adloader.errors import StorageError
 DEFAULT_ROOT = "/sys/fs/cgroup"
 V1_DEFAULT, V1_RANGE = 1024, (2, 262_144)
 V2_DEFAULT, V2_RANGE = 100, (1, 10_000)
+ORDER_RATIO = 8  # rule ``order``: a job's weight over the next one's in the order (× workers)
 
 
 def _write(path: Path, value: str) -> None:
@@ -50,9 +56,11 @@ def held(workers: Mapping[str, int]) -> set[str]:
 
 
 def weights(workers: Mapping[str, int], default: int, bounds: tuple[int, int],
-            rule: str = "workers") -> dict:
+            rule: str = "workers", order: Sequence[str] = ()) -> dict:
     """Each job's weight: ``default × d_i / mean(d)``, d_i ≥ 1, within the kernel's bounds;
-    under the rule ``turn`` a held job (``held``) gets the least, the others as before."""
+    under the rule ``turn`` a held job (``held``) gets the least, the others as before; under
+    ``order``, d_i × ``ORDER_RATIO``^(jobs after it in ``order``) in place of d_i (a job not
+    in ``order`` counts as the last)."""
     if rule not in CPU_SHARE_RULES:
         raise ValueError(f"CPU share rule {rule!r}: one of {', '.join(CPU_SHARE_RULES)}")
     if not workers:
@@ -62,7 +70,14 @@ def weights(workers: Mapping[str, int], default: int, bounds: tuple[int, int],
     out = {k: lo for k in (held(d) if rule == "turn" else ())}
     served = {k: v for k, v in d.items() if k not in out}
     mean = sum(served.values()) / len(served)
-    return {**out, **{k: min(hi, max(lo, round(default * v / mean)))
+    scale = dict.fromkeys(served, 1.0)
+    if rule == "order":
+        ranked = [k for k in dict.fromkeys(order) if k in served]
+        rank = {k: i for i, k in enumerate(ranked)}
+        scale = {k: float(ORDER_RATIO) ** (len(ranked) - rank.get(k, len(ranked)))
+                 for k in served}
+        mean = sum(v * scale[k] for k, v in served.items()) / len(served)
+    return {**out, **{k: min(hi, max(lo, round(default * v * scale[k] / mean)))
                       for k, v in served.items()}}
 
 
@@ -114,12 +129,14 @@ class CpuShares:
         for d in self.prepare(job):
             _write(d / "cgroup.procs", str(int(pid)))
 
-    def set_workers(self, workers: Mapping[str, int], rule: str = "workers") -> dict[str, int]:
-        """Weights following each job's workers by ``rule``; returns what was written."""
+    def set_workers(self, workers: Mapping[str, int], rule: str = "workers",
+                    order: Sequence[str] = ()) -> dict[str, int]:
+        """Weights following each job's workers by ``rule`` (``order``: the jobs' order of
+        priority, for the rule ``order``); returns what was written."""
         knob, bounds = ("cpu.weight", V2_RANGE) if self.version == 2 else \
             ("cpu.shares", V1_RANGE)
         out = weights({k: v for k, v in workers.items() if (self.base / k).is_dir()},
-                      self.default, bounds, rule)
+                      self.default, bounds, rule, order)
         for job, w in out.items():
             _write(self.base / job / knob, str(w))
         return out

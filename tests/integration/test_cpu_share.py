@@ -90,6 +90,41 @@ def test_the_turn_rule_weights_a_held_job_least():
         weights(even, 100, (1, 10_000), "fifo")
 
 
+def test_the_order_rule_ranks_the_jobs_and_keeps_the_node_total():
+    w = weights({"a": 1, "b": 1, "c": 1}, 1024, (2, 262_144), "order", ["c", "a", "b"])
+    assert w == {"c": 2693, "a": 337, "b": 42}  # 64 : 8 : 1, Σ 3 × 1024 (rounded)
+    assert weights({"a": 2, "b": 1, "c": 1}, 100, (1, 10_000), "order", ["b"]) == \
+        {"b": 80, "a": 20, "c": 10}  # b ranked: 8 × 1; a and c, not ranked, last: 2 and 1
+    assert weights({"a": 1, "b": 1}, 100, (1, 10_000), "order", ["a", "b", "gone"]) == \
+        {"a": 178, "b": 22}  # a job no longer running is not counted
+    assert weights({"a": 3, "b": 1}, 100, (1, 10_000), "order") == \
+        weights({"a": 3, "b": 1}, 100, (1, 10_000))  # no order: by the workers
+    many = weights({f"j{i}": 1 for i in range(8)}, 100, (1, 10_000), "order",
+                   [f"j{i}" for i in range(8)])
+    assert many["j0"] == 10_000 and many["j7"] == 1  # within the kernel's bounds
+
+
+def test_under_the_order_rule_the_first_job_takes_the_cpu_and_leaves_it_to_the_next(shares):
+    """The rule ``order``: three jobs spinning on one CPU get it 64 : 8 : 1 (the first job
+    nearly all of it; a third each under ``workers``); the first job's processes asleep, the
+    second takes what it leaves (8 : 1): priority that wastes no CPU."""
+    procs = {"first": _burn(1), "second": _burn(1), "third": _burn(1)}
+    try:
+        for job, ps in procs.items():
+            for p in ps:
+                shares.add(job, p.pid)
+        shares.set_workers(dict.fromkeys(procs, 1), "order", ["first", "second", "third"])
+        got = _share_of(procs, shares, 3.0)
+        assert got["first"] == pytest.approx(64 / 73, rel=0.10), got
+        assert got["third"] < 0.05, got
+        for p in procs["first"]:
+            p.send_signal(signal.SIGSTOP)  # the first job's queues full: it sleeps
+        got = _share_of({k: procs[k] for k in ("second", "third")}, shares, 3.0)
+        assert got["second"] == pytest.approx(8 / 9, rel=0.10), got
+    finally:
+        _stop(p for ps in procs.values() for p in ps)
+
+
 def test_a_held_job_runs_on_the_cpu_the_served_job_leaves(shares):
     """The rule ``turn``: one spinning process held at one worker beside a served job whose
     two spin on the same CPU gets almost nothing (a share of its own under ``workers``:

@@ -203,8 +203,9 @@ def test_a_policy_label_names_its_policy_and_cpu_share_rule():
     assert split("ftf") == ("ftf", None)
     assert split("ftf+shares") == ("ftf", "workers")
     assert split("balance+turn") == ("balance", "turn")
+    assert split("ftf+order") == ("ftf", "order")
     assert split("ftf+sometimes") == ("ftf+sometimes", None)  # the whole label: no policy
-    assert all(split(f"ftf+{s}")[1] in CPU_SHARE_RULES for s in ("shares", "turn"))
+    assert all(split(f"ftf+{s}")[1] in CPU_SHARE_RULES for s in ("shares", "turn", "order"))
 
 
 def test_live_runs_a_declared_mix_with_its_steps_scaled_and_refuses_it_on_a_real_gpu():

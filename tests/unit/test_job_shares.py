@@ -1,6 +1,7 @@
 """The daemon's side of the CPU groups (daemon/job_shares.py) on a cgroup2 hierarchy laid out
 in a folder as the kernel lays it: weights written by the configured rule, and the loading
-samples of a node whose jobs are held under the rule ``turn`` kept out of the TPM's."""
+samples of a node whose jobs are held under the rule ``turn`` (or ranked under ``order``) kept
+out of the TPM's."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from adloader.config import DaemonConfig, validate
 from adloader.errors import InputError
 from adloader.host.cpu_share import CpuShares
 from adloader.scheduling.samples import LoadingSample, TrainingSample
-from daemon.job_shares import JobShares
+from daemon.job_shares import JobShares, end_order
 
 
 class _Job:
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, remaining: float = 1000.0, ceiling: float = 0.0,
+                 submitted: float = 0.0, id: str = ""):
         self.workers, self.state = workers, "running"
+        self.remaining_samples, self.ceiling, self.submitted, self.id = \
+            remaining, ceiling, submitted, id
 
 
 def _shares(tmp_path, rule: str) -> tuple[JobShares, list]:
@@ -48,5 +52,53 @@ def test_weights_follow_the_rule_and_held_jobs_loading_stays_out_of_the_model(
 
 
 def test_an_unknown_rule_is_refused_by_name():
-    with pytest.raises(InputError, match="cpu_share_rule.*workers, turn.*'fifo'"):
+    with pytest.raises(InputError, match="cpu_share_rule.*workers, turn, order.*'fifo'"):
         validate(DaemonConfig(cpu_share_rule="fifo"))
+
+
+def test_the_order_ranks_jobs_by_their_predicted_time_alone():
+    """remaining / min(ceiling, L*): shortest first; loading-bound jobs alike by their samples;
+    of jobs predicted alike, the slowest GPU first (alone at the end it would leave the CPU
+    idle), then the earliest submitted; a job with no rate known last."""
+    jobs = [_Job(1, 6000, ceiling=2000, id="fast-gpu"), _Job(1, 6000, ceiling=1500, id="slow"),
+            _Job(1, 1000, ceiling=900, id="short"), _Job(1, 3000, ceiling=0, id="unplanned"),
+            _Job(1, 6000, ceiling=1500, submitted=-1.0, id="slow-earlier")]
+    assert end_order(jobs, peak=1000.0) == ["short", "unplanned", "slow-earlier", "slow",
+                                            "fast-gpu"]
+    assert end_order(jobs) == ["short", "fast-gpu", "slow-earlier", "slow",
+                               "unplanned"]  # no L*: by the GPU alone; no rate at all: last
+
+
+def test_the_critical_job_goes_first_where_its_gpu_cannot_keep_up_with_the_node():
+    """The static mix as this machine ran it: three jobs of 12,800 samples, the node loading
+    1,034 samples/s, Resnet18's GPU training 480. Last, it would train alone at 480 while the
+    node could load twice that; first, it takes 480 and the others share what it leaves."""
+    mix = [_Job(1, 12_800, ceiling=480, id="Resnet18"),
+           _Job(1, 12_800, ceiling=1500, id="mdResnet12"),
+           _Job(1, 12_800, ceiling=2400, id="smResnet20")]
+    assert end_order(mix, peak=1034.0) == ["Resnet18", "mdResnet12", "smResnet20"]
+    loading_bound = [_Job(1, 12_800, ceiling=c, id=str(c)) for c in (2400, 1500, 1100)]
+    assert end_order(loading_bound, peak=1034.0) == ["1100", "1500", "2400"]  # none critical
+    mix[0].remaining_samples = 2000  # Resnet18 near its end: the others' turn, shortest first
+    assert end_order(mix, peak=1034.0) == ["Resnet18", "mdResnet12", "smResnet20"]
+    mix[1].remaining_samples = 1000
+    assert end_order(mix, peak=1034.0) == ["mdResnet12", "Resnet18", "smResnet20"]
+
+
+def test_the_order_rule_writes_again_when_the_order_changes_and_keeps_loading_out(tmp_path):
+    shares, events = _shares(tmp_path, "order")
+    jobs = {"a": _Job(1, 5000, 2000, id="a"), "b": _Job(1, 1000, 2000, id="b"),
+            "c": _Job(1, 3000, 2000, id="c")}  # every one loading-bound: shortest first
+    shares.follow(jobs, peak=1000.0)
+    assert events[-1] == ("cpu_shares", {"weights": {"b": 263, "c": 33, "a": 4},
+                                         "rule": "order", "order": ["b", "c", "a"]})
+    assert shares.for_the_model(SAMPLES) == [SAMPLES[1]]  # rates follow the weights
+    jobs["b"].remaining_samples = 9000  # the same workers, another order: written again
+    shares.follow(jobs, peak=1000.0)
+    assert events[-1][1]["order"] == ["c", "a", "b"] and shares.groups.weight("c") == 263
+    written = len(events)
+    shares.follow(jobs, peak=1000.0)
+    assert len(events) == written  # nothing moved: nothing written
+    del jobs["a"], jobs["b"]
+    shares.follow(jobs, peak=1000.0)  # one job left: its loading is its own again
+    assert shares.for_the_model(SAMPLES) == SAMPLES
