@@ -9,8 +9,9 @@ cannot be made runs without them, and says so once. Under the rule ``turn``
 (``cpu_share_rule``) a job the plan holds at one worker while others hold more runs on the
 CPU they leave; while any job is held, the jobs' loading rates are not what the TPM's d/D
 split describes, so ``for_the_model`` keeps them out of the TPM's samples. Under the rule
-``order`` the weights rank the running jobs by their predicted time to the end alone
-(``end_order``), and while more than one runs their loading rates stay out of the model too."""
+``order`` the weights rank the running jobs (``end_order``: the jobs their GPU binds first,
+then the fewest samples left), and while more than one runs their loading rates stay out of
+the model too."""
 
 from __future__ import annotations
 
@@ -133,21 +134,20 @@ class JobShares:
 
 
 def end_order(jobs: list, peak: float = math.inf) -> list[str]:
-    """The jobs' ids in order of priority. Each job's time to the end alone is its remaining
-    samples over min(c_i·B·F_μ, L*) (its plan's GPU ceiling, the node's most loading). The job
-    with the longest goes first where its GPU cannot train as fast as the node loads: it is
-    the mix's critical path, and ahead of the others it still takes only what its GPU trains
-    (its workers sleep once its queue is full), so the node ends no later for it. The others
-    follow shortest first (the least mean completion time); of jobs predicted alike the one
-    whose GPU is slowest goes first — alone at the end, a job the node loads faster than its
-    GPU trains leaves the node's CPU idle — then the earliest submitted."""
+    """The jobs' ids in order of priority. A job whose GPU trains slower than the node loads
+    (its plan's GPU ceiling c_i·B·F_μ under L*, the node's most loading) goes first, the one
+    with the longest time to its end at that ceiling first: ahead of the others it still takes
+    only what its GPU trains (its workers sleep once its queue is full), and behind them it
+    would end late and then train alone at its GPU's rate while the node's CPU sat idle. The
+    jobs the node's loading binds follow, the fewest remaining samples first (the least mean
+    completion time); of those alike the slowest GPU first, then the earliest submitted. A
+    job with no ceiling planned counts as loading-bound."""
+    def gpu_bound(job) -> bool:
+        return 0 < job.ceiling < peak
+
     def key(job):
+        if gpu_bound(job):
+            return (0, -job.remaining_samples / job.ceiling, job.submitted, job.id)
         ceiling = job.ceiling if job.ceiling > 0 else math.inf
-        rate = min(ceiling, peak)  # neither known: its time is not (after the others)
-        alone = round(job.remaining_samples / rate, 3) if math.isfinite(rate) else math.inf
-        return (alone, ceiling, job.submitted, job.id)
-    ranked = sorted(jobs, key=key)
-    critical = max(ranked, key=key, default=None)
-    if critical is not None and math.isfinite(key(critical)[0]) and critical.ceiling < peak:
-        ranked = [critical, *(j for j in ranked if j is not critical)]
-    return [j.id for j in ranked]
+        return (1, job.remaining_samples, ceiling, job.submitted, job.id)
+    return [j.id for j in sorted(jobs, key=key)]

@@ -56,33 +56,30 @@ def test_an_unknown_rule_is_refused_by_name():
         validate(DaemonConfig(cpu_share_rule="fifo"))
 
 
-def test_the_order_ranks_jobs_by_their_predicted_time_alone():
-    """remaining / min(ceiling, L*): shortest first; loading-bound jobs alike by their samples;
-    of jobs predicted alike, the slowest GPU first (alone at the end it would leave the CPU
-    idle), then the earliest submitted; a job with no rate known last."""
+def test_the_order_ranks_jobs_their_gpu_binds_first_then_the_fewest_samples_left():
+    """Jobs whose GPU trains slower than the node loads first, the longest at its GPU's rate
+    first; then the loading-bound ones by samples left; of those alike the slowest GPU, then
+    the earliest submitted; a job with no ceiling planned counts as loading-bound."""
     jobs = [_Job(1, 6000, ceiling=2000, id="fast-gpu"), _Job(1, 6000, ceiling=1500, id="slow"),
-            _Job(1, 1000, ceiling=900, id="short"), _Job(1, 3000, ceiling=0, id="unplanned"),
-            _Job(1, 6000, ceiling=1500, submitted=-1.0, id="slow-earlier")]
-    assert end_order(jobs, peak=1000.0) == ["short", "unplanned", "slow-earlier", "slow",
-                                            "fast-gpu"]
-    assert end_order(jobs) == ["short", "fast-gpu", "slow-earlier", "slow",
-                               "unplanned"]  # no L*: by the GPU alone; no rate at all: last
+            _Job(1, 1000, ceiling=900, id="gpu-short"), _Job(1, 3000, ceiling=0, id="unplanned"),
+            _Job(1, 6000, ceiling=1500, submitted=-1.0, id="slow-earlier"),
+            _Job(1, 9000, ceiling=500, id="gpu-long")]
+    assert end_order(jobs, peak=1000.0) == ["gpu-long", "gpu-short", "unplanned",
+                                            "slow-earlier", "slow", "fast-gpu"]
+    assert end_order(jobs)[:3] == ["gpu-long", "slow-earlier", "slow"]  # every GPU binds: longest
 
 
-def test_the_critical_job_goes_first_where_its_gpu_cannot_keep_up_with_the_node():
-    """The static mix as this machine ran it: three jobs of 12,800 samples, the node loading
-    1,034 samples/s, Resnet18's GPU training 480. Last, it would train alone at 480 while the
-    node could load twice that; first, it takes 480 and the others share what it leaves."""
+def test_a_gpu_bound_job_keeps_its_place_as_the_others_near_their_end():
+    """The static mix as this machine ran it (the node loading 1,034 samples/s, Resnet18's GPU
+    training 480): Resnet18 stays first while it runs, whatever the others have left —
+    ranked by time alone, it fell behind the loading-bound jobs as they progressed, trained on
+    what they left and ended the mix alone at its GPU's rate (1.07× the best fixed makespan)."""
     mix = [_Job(1, 12_800, ceiling=480, id="Resnet18"),
            _Job(1, 12_800, ceiling=1500, id="mdResnet12"),
            _Job(1, 12_800, ceiling=2400, id="smResnet20")]
     assert end_order(mix, peak=1034.0) == ["Resnet18", "mdResnet12", "smResnet20"]
-    loading_bound = [_Job(1, 12_800, ceiling=c, id=str(c)) for c in (2400, 1500, 1100)]
-    assert end_order(loading_bound, peak=1034.0) == ["1100", "1500", "2400"]  # none critical
-    mix[0].remaining_samples = 2000  # Resnet18 near its end: the others' turn, shortest first
-    assert end_order(mix, peak=1034.0) == ["Resnet18", "mdResnet12", "smResnet20"]
-    mix[1].remaining_samples = 1000
-    assert end_order(mix, peak=1034.0) == ["mdResnet12", "Resnet18", "smResnet20"]
+    mix[0].remaining_samples, mix[2].remaining_samples = 7300, 4000  # 15 s left at 480; 4 s
+    assert end_order(mix, peak=1034.0) == ["Resnet18", "smResnet20", "mdResnet12"]
 
 
 def test_the_order_rule_writes_again_when_the_order_changes_and_keeps_loading_out(tmp_path):
