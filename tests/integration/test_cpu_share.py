@@ -94,14 +94,14 @@ def test_the_order_rule_ranks_the_jobs_and_keeps_the_node_total():
     w = weights({"a": 1, "b": 1, "c": 1}, 1024, (2, 262_144), "order", ["c", "a", "b"])
     assert w == {"c": 2693, "a": 337, "b": 42}  # 64 : 8 : 1, Σ 3 × 1024 (rounded)
     assert weights({"a": 2, "b": 1, "c": 1}, 100, (1, 10_000), "order", ["b"]) == \
-        {"b": 80, "a": 20, "c": 10}  # b ranked: 8 × 1; a and c, not ranked, last: 2 and 1
+        {"b": 218, "a": 55, "c": 27}  # b ranked: 8 × 1 worker; a, c not ranked: 2 and 1
     assert weights({"a": 1, "b": 1}, 100, (1, 10_000), "order", ["a", "b", "gone"]) == \
         {"a": 178, "b": 22}  # a job no longer running is not counted
     assert weights({"a": 3, "b": 1}, 100, (1, 10_000), "order") == \
         weights({"a": 3, "b": 1}, 100, (1, 10_000))  # no order: by the workers
     many = weights({f"j{i}": 1 for i in range(8)}, 100, (1, 10_000), "order",
                    [f"j{i}" for i in range(8)])
-    assert many["j0"] == 10_000 and many["j7"] == 1  # within the kernel's bounds
+    assert many["j0"] == 700 and many["j7"] == 1  # the total kept; the least the kernel's
 
 
 def test_under_the_order_rule_the_first_job_takes_the_cpu_and_leaves_it_to_the_next(shares):
