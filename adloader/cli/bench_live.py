@@ -59,7 +59,8 @@ def live_flags(p: argparse.ArgumentParser) -> None:
                         "balance,ftf); POLICY+shares: each job in a cgroup of its own, "
                         "weighted by its workers (root); POLICY+turn: the same, a job held at "
                         "one worker while others hold more weighted least; POLICY+order: "
-                        "the same, the job predicted to end first weighted most")
+                        "the same, weighted in a ranking (the jobs their GPU binds first, then "
+                        "the fewest samples left)")
     p.add_argument("--baselines", type=_baselines, default=None,
                    help="no-daemon settings on torch's own DataLoader, comma-separated, or "
                         f"none (default {','.join(BASELINES)})")

@@ -69,14 +69,11 @@ def weights(workers: Mapping[str, int], default: int, bounds: tuple[int, int],
     lo, hi = bounds
     out = {k: lo for k in (held(d) if rule == "turn" else ())}
     served = {k: v for k, v in d.items() if k not in out}
-    mean = sum(served.values()) / len(served)
     scale = dict.fromkeys(served, 1.0)
     if rule == "order":
         ranked = [k for k in dict.fromkeys(order) if k in served]
-        rank = {k: i for i, k in enumerate(ranked)}
-        scale = {k: float(ORDER_RATIO) ** (len(ranked) - rank.get(k, len(ranked)))
-                 for k in served}
-        mean = sum(v * scale[k] for k, v in served.items()) / len(served)
+        scale.update({k: float(ORDER_RATIO) ** (len(ranked) - i) for i, k in enumerate(ranked)})
+    mean = sum(v * scale[k] for k, v in served.items()) / len(served)
     return {**out, **{k: min(hi, max(lo, round(default * v * scale[k] / mean)))
                       for k, v in served.items()}}
 
