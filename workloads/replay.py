@@ -145,6 +145,17 @@ def summarise(trace, ids, views, events, alloc, iterations, start) -> dict:
         "timeline": timeline,
         "events": [{"t_s": round(e["t"] - start, 3), "kind": "plan",
                     "resized": [by_id.get(j, j) for j in e["data"]["resized"]]}
-                   for e in plans],
+                   for e in plans] + _share_events(events, by_id, start),
         "resized_jobs": sorted(by_id[j] for j in resized if j in by_id),
     }
+
+
+def _share_events(events, by_id, start) -> list[dict]:
+    """The daemon's CPU weights as it wrote them (``cpu_shares``: each job's weight, and the
+    ranking under the rule ``order``), by the trace's names."""
+    return [{"t_s": round(e["t"] - start, 3), "kind": "cpu_shares",
+             "weights": {by_id.get(j, j): w for j, w in e["data"]["weights"].items()},
+             **({"order": [by_id.get(j, j) for j in e["data"]["order"]]}
+                if e["data"].get("order") else {})}
+            for e in events if e["kind"] == "cpu_shares"]
+

@@ -63,7 +63,9 @@ def test_an_idle_worker_exits_and_the_next_fit_starts_another():
 def test_a_warm_worker_fits_without_importing_again():
     """The CPU a refit costs the node once the worker is up: the fit alone (~1 CPU-s here
     since each regressor is scored on five 60/40 splits; ~0.3 with one), not a fresh
-    interpreter importing scikit-learn (~2.3 CPU-s here) as a one-shot child."""
+    interpreter importing scikit-learn (~2.3 CPU-s here) as a one-shot child. Judged against
+    the worker's own start in the same run, not a figure in CPU-seconds: a loaded machine
+    slows both alike (an absolute 1.5 CPU-s failed once on a busy CI machine)."""
     request = _request(2)
     worker = RefitWorker()
     try:
@@ -79,4 +81,5 @@ def test_a_warm_worker_fits_without_importing_again():
         assert abs(fits_said / 3 - each) < 0.05 + 0.25 * each, (said, each)
     finally:
         worker.close()
-    assert each < 1.5, f"{each:.2f} CPU-s a fit"
+    # a warm fit costs less than the start it saves (one-shot: start + fit, every time)
+    assert each < said["startup_cpu_s"], (f"{each:.2f} CPU-s a fit", said)
