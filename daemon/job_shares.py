@@ -120,8 +120,10 @@ class JobShares:
                 log.error("CPU shares not written: %s", exc)
                 return
             self.written, self.order = dict(running), order
-            self.record(None, "cpu_shares", {"weights": weights, "rule": self.rule,
-                                             **({"order": order} if order else {})})
+            # under order, each job's GPU ceiling (samples/s) beside the ranking it decided
+            self.record(None, "cpu_shares", {"weights": weights, "rule": self.rule, **(
+                {"order": order, "ceilings": {k: round(jobs[k].ceiling, 1) for k in order}}
+                if order else {})})
 
     def for_the_model(self, samples: list) -> list:
         """The TPM's samples of one turn, less loading rates taken while jobs are held under

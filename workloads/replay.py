@@ -151,11 +151,13 @@ def summarise(trace, ids, views, events, alloc, iterations, start) -> dict:
 
 
 def _share_events(events, by_id, start) -> list[dict]:
-    """The daemon's CPU weights as it wrote them (``cpu_shares``: each job's weight, and the
-    ranking under the rule ``order``), by the trace's names."""
+    """The daemon's CPU weights as it wrote them (``cpu_shares``: each job's weight, and under
+    the rule ``order`` the ranking and each job's GPU ceiling), by the trace's names."""
     return [{"t_s": round(e["t"] - start, 3), "kind": "cpu_shares",
              "weights": {by_id.get(j, j): w for j, w in e["data"]["weights"].items()},
-             **({"order": [by_id.get(j, j) for j in e["data"]["order"]]}
+             **({"order": [by_id.get(j, j) for j in e["data"]["order"]],
+                 "ceilings": {by_id.get(j, j): c
+                              for j, c in e["data"].get("ceilings", {}).items()}}
                 if e["data"].get("order") else {})}
             for e in events if e["kind"] == "cpu_shares"]
 

@@ -88,7 +88,8 @@ def test_the_order_rule_writes_again_when_the_order_changes_and_keeps_loading_ou
             "c": _Job(1, 3000, 2000, id="c")}  # every one loading-bound: shortest first
     shares.follow(jobs, peak=1000.0)
     assert events[-1] == ("cpu_shares", {"weights": {"b": 263, "c": 33, "a": 4},
-                                         "rule": "order", "order": ["b", "c", "a"]})
+                                         "rule": "order", "order": ["b", "c", "a"],
+                                         "ceilings": {"b": 2000, "c": 2000, "a": 2000}})
     assert shares.for_the_model(SAMPLES) == [SAMPLES[1]]  # rates follow the weights
     jobs["b"].remaining_samples = 9000  # the same workers, another order: written again
     shares.follow(jobs, peak=1000.0)

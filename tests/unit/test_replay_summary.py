@@ -20,13 +20,13 @@ def test_the_cpu_weights_and_their_order_are_kept_by_the_traces_names():
          "data": {"workers": {"j-1": 1, "j-2": 1}, "resized": []}},
         {"t": 100.6, "job": None, "kind": "cpu_shares",
          "data": {"weights": {"j-1": 1800, "j-2": 224}, "rule": "order",
-                  "order": ["j-1", "j-2"]}},
+                  "order": ["j-1", "j-2"], "ceilings": {"j-1": 480.0, "j-2": 2400.0}}},
         {"t": 101.0, "job": None, "kind": "cpu_shares",
          "data": {"weights": {"j-2": 1024}, "rule": "workers"}}]
     out = summarise(trace, ids, views, events, {"policy": "ftf", "capacity": 2},
                     {"a": 10, "b": 10}, 100.0)
     shares = [e for e in out["events"] if e["kind"] == "cpu_shares"]
     assert shares == [{"t_s": 0.6, "kind": "cpu_shares", "weights": {"a": 1800, "b": 224},
-                       "order": ["a", "b"]},
+                       "order": ["a", "b"], "ceilings": {"a": 480.0, "b": 2400.0}},
                       {"t_s": 1.0, "kind": "cpu_shares", "weights": {"b": 1024}}]
     assert [e["kind"] for e in out["events"]].count("plan") == 1
