@@ -120,10 +120,11 @@ class JobShares:
                 log.error("CPU shares not written: %s", exc)
                 return
             self.written, self.order = dict(running), order
-            # under order, each job's GPU ceiling (samples/s) beside the ranking it decided
-            self.record(None, "cpu_shares", {"weights": weights, "rule": self.rule, **(
-                {"order": order, "ceilings": {k: round(jobs[k].ceiling, 1) for k in order}}
-                if order else {})})
+            data = {"weights": weights, "rule": self.rule}
+            if order:  # the ranking, and each job's GPU ceiling (samples/s) that decided it
+                data.update(order=order,
+                            ceilings={k: round(jobs[k].ceiling, 1) for k in order})
+            self.record(None, "cpu_shares", data)
 
     def for_the_model(self, samples: list) -> list:
         """The TPM's samples of one turn, less loading rates taken while jobs are held under

@@ -153,11 +153,18 @@ def summarise(trace, ids, views, events, alloc, iterations, start) -> dict:
 def _share_events(events, by_id, start) -> list[dict]:
     """The daemon's CPU weights as it wrote them (``cpu_shares``: each job's weight, and under
     the rule ``order`` the ranking and each job's GPU ceiling), by the trace's names."""
-    return [{"t_s": round(e["t"] - start, 3), "kind": "cpu_shares",
-             "weights": {by_id.get(j, j): w for j, w in e["data"]["weights"].items()},
-             **({"order": [by_id.get(j, j) for j in e["data"]["order"]],
-                 "ceilings": {by_id.get(j, j): c
-                              for j, c in e["data"].get("ceilings", {}).items()}}
-                if e["data"].get("order") else {})}
-            for e in events if e["kind"] == "cpu_shares"]
+    def named(by_job: dict) -> dict:
+        return {by_id.get(j, j): v for j, v in by_job.items()}
 
+    out = []
+    for e in events:
+        if e["kind"] != "cpu_shares":
+            continue
+        data = e["data"]
+        share = {"t_s": round(e["t"] - start, 3), "kind": "cpu_shares",
+                 "weights": named(data["weights"])}
+        if data.get("order"):
+            share.update(order=[by_id.get(j, j) for j in data["order"]],
+                         ceilings=named(data.get("ceilings", {})))
+        out.append(share)
+    return out
