@@ -17,7 +17,7 @@ def _default_state_dir() -> str:
 
 
 # how each job's CPU weight follows the plan (adloader.host.cpu_share): by its workers, in turn,
-# or in a ranking (the jobs their GPU binds first, then the fewest samples left)
+# or in a ranking (the one a fluid model of strict priority ends best: fluid_order)
 CPU_SHARE_RULES = ("workers", "turn", "order")
 # how soon an arrival that could start now is decided (the daemon's and the simulator's): long
 # enough that a client's burst of submissions (a few ms each) shares one decision, short beside

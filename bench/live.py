@@ -219,7 +219,7 @@ def _daemon_run(cfg: LiveConfig, policy: str, round_: int, root: Path, profile: 
     ``POLICY+shares``: each job in a cgroup of its own, weighted by its workers (root);
     ``POLICY+turn``: the same, a job held at one worker while others hold more weighted least
     (``adloader.host.cpu_share``, the rule ``turn``); ``POLICY+order``: the same, weighted in
-    a ranking (the rule ``order``: the jobs their GPU binds first, then the fewest samples left)."""
+    a ranking (the rule ``order``: the one a fluid model of strict priority ends best)."""
     label, (policy, rule) = policy, policy_label.split(policy)
     shares = rule is not None
     state, reports = root / f"state-{label}-{round_}", root / f"reports-{label}-{round_}"

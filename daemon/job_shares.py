@@ -9,9 +9,9 @@ cannot be made runs without them, and says so once. Under the rule ``turn``
 (``cpu_share_rule``) a job the plan holds at one worker while others hold more runs on the
 CPU they leave; while any job is held, the jobs' loading rates are not what the TPM's d/D
 split describes, so ``for_the_model`` keeps them out of the TPM's samples. Under the rule
-``order`` the weights rank the running jobs (``end_order``: the jobs their GPU binds first,
-then the fewest samples left), and while more than one runs their loading rates stay out of
-the model too."""
+``order`` the weights rank the running jobs (``end_order``: the ranking a fluid node with the
+jobs' GPU ceilings ends best, kept while it stays near the best), and while more than one
+runs their loading rates stay out of the model too."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 
 from adloader.errors import StorageError
 from adloader.host.cpu_share import CpuShares, held
+from adloader.scheduling.fluid_order import Lane, rank
 from adloader.scheduling.samples import LoadingSample
 
 from .live import ACTIVE
@@ -102,16 +103,17 @@ class JobShares:
         self.record(job_id, "cpu_group_joined", {"pids": moved})
         return True
 
-    def follow(self, jobs: Mapping, peak: float = math.inf) -> None:
-        """Weights for the running jobs' workers; groups of ended jobs dropped. ``peak``: the
-        node's most loading rate L* (samples/s), for the rule ``order``."""
+    def follow(self, jobs: Mapping, table=None) -> None:
+        """Weights for the running jobs' workers; groups of ended jobs dropped. ``table``:
+        the TPM's loading table (``end_order``), for the rule ``order``."""
         if self.groups is None:
             return
         running = {k: j.workers for k, j in jobs.items() if j.state == "running"}
         for gone in [k for k in self.written if k not in running]:
             self.groups.remove(gone)
             self.written.pop(gone)
-        order = end_order([jobs[k] for k in running], peak) if self.rule == "order" else []
+        order = end_order([jobs[k] for k in running], table, self.order) \
+            if self.rule == "order" and table is not None else []
         if running and (running != {k: self.written.get(k) for k in running}
                         or order != self.order):
             try:
@@ -136,21 +138,21 @@ class JobShares:
         return [s for s in samples if not isinstance(s[1], LoadingSample)]
 
 
-def end_order(jobs: list, peak: float = math.inf) -> list[str]:
-    """The jobs' ids in order of priority. A job whose GPU trains slower than the node loads
-    (its plan's GPU ceiling c_i·B·F_μ under L*, the node's most loading) goes first, the one
-    with the longest time to its end at that ceiling first: ahead of the others it still takes
-    only what its GPU trains (its workers sleep once its queue is full), and behind them it
-    would end late and then train alone at its GPU's rate while the node's CPU sat idle. The
-    jobs the node's loading binds follow, the fewest remaining samples first (the least mean
-    completion time); of those alike the slowest GPU first, then the earliest submitted. A
-    job with no ceiling planned counts as loading-bound."""
-    def gpu_bound(job) -> bool:
-        return 0 < job.ceiling < peak
-
-    def key(job):
-        if gpu_bound(job):
-            return (0, -job.remaining_samples / job.ceiling, job.submitted, job.id)
-        ceiling = job.ceiling if job.ceiling > 0 else math.inf
-        return (1, job.remaining_samples, ceiling, job.submitted, job.id)
-    return [j.id for j in sorted(jobs, key=key)]
+def end_order(jobs: list, table, current: Sequence[str] = ()) -> list[str]:
+    """The jobs' ids in order of priority: the ranking a fluid node ends best
+    (``adloader.scheduling.fluid_order.rank``; ``current``: the ranking in force). The node
+    loads ``table``'s L(D), D the jobs' workers (``table[D, d]``: a job's loading with d of
+    the node's D workers, the TPM's); a job takes at most its plan's GPU ceiling
+    (c_i·B·F_μ × its GPU share) and, while others run, what its own workers load with the
+    node to themselves, L(d_i). A job with no ceiling planned is bound by its workers
+    alone."""
+    top = table.shape[0] - 1
+    d = {j.id: min(max(1, int(j.workers)), top) for j in jobs}
+    node = min(sum(d.values()), top)
+    peak = float(table[node, node]) or float(table.max()) or 1.0
+    lanes = []
+    for j in jobs:
+        gpu = j.ceiling if j.ceiling > 0 else math.inf
+        own = float(table[d[j.id], d[j.id]]) or math.inf
+        lanes.append(Lane(j.id, float(j.remaining_samples), min(gpu, own), gpu))
+    return rank(lanes, peak, current)

@@ -281,8 +281,8 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             self.outbox.append((job.peer if job else None, msg))
         self.outbox.extend(actions.reply)
         if self.shares is not None and (actions.launch or actions.changed):
-            # not on every heartbeat: on a decision; L* as priority_plan.Rows.top reads it
-            self.shares.follow(self.scheduler.jobs, float(self.scheduler.table.max()))
+            # not on every heartbeat: on a decision
+            self.shares.follow(self.scheduler.jobs, self.scheduler.table)
         self.online.maybe_refit()
         if threading.current_thread() is not self._thread and hasattr(self, "broker"):
             self.broker.wake()  # a request's sends and windows: now, not at the next tick

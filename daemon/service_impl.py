@@ -49,23 +49,25 @@ class NodeServiceMixin:
         """One page of ``GET /v1/jobs`` (a ``rest.JobQuery``) as JSON, and the next cursor:
         the held jobs' views from ``_job_json``, the history's as the store wrote them."""
         page, cursor = self.store.job_page(query)
-        if all(rec is None for _, rec, _ in page):  # history only: no lock needed
-            parts = [view for _, _, view in page]
-        else:  # held jobs' live parts are read under the node's lock
-            with self.lock:
-                parts = [view if rec is None else self._job_json(rec) for _, rec, view in page]
+        parts = [view if rec is None else self._job_json(rec) for _, rec, view in page]
         return b"[" + b",".join(parts) + b"]", cursor
 
     def _job_json(self, rec) -> bytes:
         """A held job's view as JSON: its record's part is serialised once per change of the
         record, the live part (samples/s, iteration) per call — a thousand jobs that
-        heartbeat every second cost a concatenation, not a thousand validations."""
+        heartbeat every second cost a concatenation, not a thousand validations. Read
+        without the node's lock: each live field is one attribute read (a view may pair one
+        heartbeat's rate with the next one's iteration, never a torn value). The view kept
+        for a job that was retired meanwhile is dropped again: retirement releases the
+        record before it drops the view, so whichever comes last, nothing stays behind."""
         cache = self.static_views
         kept = cache.get(rec.id)
         if kept is None or kept[0] is not rec:
             body = JobView.from_record(rec).model_dump_json(
                 exclude={"throughput", "iteration", "cpu_percent", "pid"})
             kept = cache[rec.id] = (rec, body[1:].encode())
+            if not self.store.held(rec.id):  # retired while this view was made
+                cache.pop(rec.id, None)
         live = self.scheduler.jobs.get(rec.id)
         running = live is not None and live.state in ACTIVE
         rate = repr(float(live.throughput)) if running else "null"
@@ -78,12 +80,12 @@ class NodeServiceMixin:
                 f'"pid":{pid},'.encode() + kept[1])
 
     def job(self, job_id: str) -> JobView | None:
-        if not self.store.held(job_id):  # history (or no such job): no need of the node's lock
-            rec = self.store.get_job(job_id)
-            return None if rec is None else JobView.from_record(rec, iteration=rec.iteration)
-        with self.lock:
-            rec = self.store.get_job(job_id)
-            return self._view(rec) if rec else None
+        rec = self.store.get_job(job_id)  # held: from memory; else the history's row
+        if rec is None:
+            return None
+        if not self.store.held(job_id):
+            return JobView.from_record(rec, iteration=rec.iteration)
+        return self._view(rec)  # the live part as _job_json reads it: no lock
 
     def cancel(self, job_id: str, signal: str | None = None) -> JobView | None:
         sig = signal_number(signal) if signal is not None else None
@@ -120,10 +122,12 @@ class NodeServiceMixin:
             return self.job(job_id)
 
     def allocations(self) -> dict:
-        with self.lock:
-            jobs = {j.id: j.workers for j in self.scheduler.jobs.values() if j.state in ACTIVE}
-            return {"policy": self.config.policy, "capacity": self.capacity, "gpus": self.gpus,
-                    "jobs": jobs, "node_workers": sum(jobs.values())}
+        """Each active job's workers, read without the node's lock: the jobs copied in one
+        step (``list`` of a dict's values runs whole under the GIL), each count one read."""
+        live = list(self.scheduler.jobs.values())
+        jobs = {j.id: j.workers for j in live if j.state in ACTIVE}
+        return {"policy": self.config.policy, "capacity": self.capacity, "gpus": self.gpus,
+                "jobs": jobs, "node_workers": sum(jobs.values())}
 
     def node_summary(self) -> dict:
         """Spare loading capacity and the gain of one more worker

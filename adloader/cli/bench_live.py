@@ -59,8 +59,8 @@ def live_flags(p: argparse.ArgumentParser) -> None:
                         "balance,ftf); POLICY+shares: each job in a cgroup of its own, "
                         "weighted by its workers (root); POLICY+turn: the same, a job held at "
                         "one worker while others hold more weighted least; POLICY+order: "
-                        "the same, weighted in a ranking (the jobs their GPU binds first, then "
-                        "the fewest samples left)")
+                        "the same, weighted in a ranking (the one a fluid model of strict "
+                        "priority ends best)")
     p.add_argument("--baselines", type=_baselines, default=None,
                    help="no-daemon settings on torch's own DataLoader, comma-separated, or "
                         f"none (default {','.join(BASELINES)})")

@@ -5,11 +5,21 @@ out of the TPM's."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from adloader.config import DaemonConfig, validate
 from adloader.errors import InputError
 from adloader.host.cpu_share import CpuShares
+from adloader.scheduling.fluid_order import (
+    MAKESPAN_SLACK,
+    Lane,
+    completions,
+    plain_key,
+    rank,
+)
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 from daemon.job_shares import JobShares, end_order
 
@@ -56,47 +66,119 @@ def test_an_unknown_rule_is_refused_by_name():
         validate(DaemonConfig(cpu_share_rule="fifo"))
 
 
-def test_the_order_ranks_jobs_their_gpu_binds_first_then_the_fewest_samples_left():
-    """Jobs whose GPU trains slower than the node loads first, the longest at its GPU's rate
-    first; then the loading-bound ones by samples left; of those alike the slowest GPU, then
-    the earliest submitted; a job with no ceiling planned counts as loading-bound."""
-    jobs = [_Job(1, 6000, ceiling=2000, id="fast-gpu"), _Job(1, 6000, ceiling=1500, id="slow"),
-            _Job(1, 1000, ceiling=900, id="gpu-short"), _Job(1, 3000, ceiling=0, id="unplanned"),
-            _Job(1, 6000, ceiling=1500, submitted=-1.0, id="slow-earlier"),
-            _Job(1, 9000, ceiling=500, id="gpu-long")]
-    assert end_order(jobs, peak=1000.0) == ["gpu-long", "gpu-short", "unplanned",
-                                            "slow-earlier", "slow", "fast-gpu"]
-    assert end_order(jobs)[:3] == ["gpu-long", "slow-earlier", "slow"]  # every GPU binds: longest
+def _table(node_rates: list[float]) -> np.ndarray:
+    """A loading table as the staged TPM makes it: L(D) shared in proportion to workers,
+    table[D, d] = d/D·L(D)."""
+    size = len(node_rates)
+    table = np.zeros((size, size))
+    for node in range(1, size):
+        for d in range(1, node + 1):
+            table[node, d] = d / node * node_rates[node]
+    return table
 
 
-def test_a_gpu_bound_job_keeps_its_place_as_the_others_near_their_end():
-    """The static mix as this machine ran it (the node loading 1,034 samples/s, Resnet18's GPU
-    training 480): Resnet18 stays first while it runs, whatever the others have left —
-    ranked by time alone, it fell behind the loading-bound jobs as they progressed, trained on
-    what they left and ended the mix alone at its GPU's rate (1.07× the best fixed makespan)."""
+# one worker loads 600 samples/s alone; the node 1,034 from two workers on (this machine's
+# static mix, a slower sitting)
+NODE = _table([0.0, 600.0, 1034.0, 1034.0, 1034.0, 1034.0, 1034.0])
+NODE1000 = _table([0.0, 1000.0, 1000.0, 1000.0])  # one worker loads what the node does
+
+
+def test_the_order_is_the_one_a_fluid_node_ends_best():
+    """Strict priority on a fluid node: the job whose GPU binds it first (ranked last it would
+    end alone at its GPU's rate: the makespan bound keeps it ahead), then the loading-bound
+    jobs by samples left; jobs alike go as the plain rule puts them (the earlier id)."""
     mix = [_Job(1, 12_800, ceiling=480, id="Resnet18"),
            _Job(1, 12_800, ceiling=1500, id="mdResnet12"),
            _Job(1, 12_800, ceiling=2400, id="smResnet20")]
-    assert end_order(mix, peak=1034.0) == ["Resnet18", "mdResnet12", "smResnet20"]
+    assert end_order(mix, NODE) == ["Resnet18", "mdResnet12", "smResnet20"]
     mix[0].remaining_samples, mix[2].remaining_samples = 7300, 4000  # 15 s left at 480; 4 s
-    assert end_order(mix, peak=1034.0) == ["Resnet18", "smResnet20", "mdResnet12"]
+    assert end_order(mix, NODE) == ["Resnet18", "smResnet20", "mdResnet12"]
+    # no ceiling planned: bound by its worker alone (600), so the next job still gets the rest
+    assert end_order([_Job(1, 3000, id="a"), _Job(1, 9000, id="b")], NODE) == ["a", "b"]
+
+
+def test_a_ceiling_under_what_the_job_would_get_does_not_move_it_ahead():
+    """The plain rule counted any job whose GPU ceiling was under the node's loading as
+    GPU-bound and put it first: smResnet20 (its GPUs shared with both others, ceiling ~1,240
+    under L* ~1,500) went ahead of mdResnet12 seconds in, and mdResnet12, with fewer samples
+    left, ended last in every pair. The fluid node sees that a ceiling above what is left to
+    the job binds nothing."""
+    mix = [_Job(1, 11_000, ceiling=516, id="Resnet18"),
+           _Job(1, 10_500, ceiling=1400, id="mdResnet12"),
+           _Job(1, 12_800, ceiling=1240, id="smResnet20")]
+    table = _table([0.0, 885.0, 1361.0, 1356.0, 1356.0, 1356.0, 1356.0])  # as measured
+    assert end_order(mix, table) == ["Resnet18", "mdResnet12", "smResnet20"]
+
+
+def test_the_ranking_in_force_stays_while_it_is_near_the_best():
+    """Estimates move between decisions. While no job is new to it (one that ended leaves
+    it), the ranking in force stays unless its makespan is ``KEEP_SPAN`` over the least; when
+    a job arrives, unless another ranking ends them ``KEEP_GAIN`` sooner in sum (or it leaves
+    the makespan bound)."""
+    jobs = [_Job(1, 5000, id="a"), _Job(1, 9000, id="b")]
+    assert end_order(jobs, NODE1000) == ["a", "b"]
+    assert end_order(jobs, NODE1000, current=["b", "a"]) == ["b", "a"]  # same jobs: kept
+    new = _Job(1, 500, id="new")  # a job new to the ranking goes where the best puts it...
+    assert end_order([*jobs, new], NODE1000, current=["a", "b"]) == ["new", "a", "b"]
+    # ...and a change of jobs lets the best ranking in: b's 9,000 before a's 5,000 loses 26 %
+    assert end_order([*jobs, new], NODE1000, current=["b", "a"]) == ["new", "a", "b"]
+    close = [_Job(1, 5000, id="a"), _Job(1, 5100, id="b"), new]  # 2 % apart: kept
+    assert end_order(close, NODE1000, current=["b", "a"]) == ["new", "b", "a"]
+    # a job ended: the others keep their order, b's 9,000 before a's 5,000 as before
+    assert end_order(jobs, NODE1000, current=["b", "gone", "a"]) == ["b", "a"]
+    gpu = [_Job(1, 3000, ceiling=300, id="gpu"), _Job(1, 9000, id="x")]  # 10 s at its GPU
+    assert end_order(gpu, NODE1000, current=["x", "gpu"]) == ["gpu", "x"]  # 19 s, not 12
+
+
+def test_completions_on_a_fluid_node_by_hand():
+    """A takes its cap 300 of the node's 1,000; B the 700 left, then all of it once A ends;
+    B first, A gets nothing until B ends, then what it takes alone (by default the node)."""
+    lanes = [Lane("A", 900, cap=300), Lane("B", 2800)]
+    assert completions(lanes, 1000) == pytest.approx([3.0, 3.0 + (2800 - 2100) / 1000])
+    assert completions(list(reversed(lanes)), 1000) == pytest.approx([2.8, 2.8 + 900 / 1000])
+    capped = [Lane("A", 900, cap=300, alone=300), Lane("B", 2800)]  # its GPU binds it alone
+    assert completions(capped[::-1], 1000) == pytest.approx([2.8, 2.8 + 900 / 300])
+    assert completions([Lane("stuck", 10, cap=0.0, alone=0.0)], 1000) == [math.inf]
+    with pytest.raises(ValueError, match="positive"):
+        completions(lanes, 0.0)
+
+
+def test_many_jobs_are_ranked_by_a_local_search_within_the_makespan_bound():
+    """Past ``EXHAUSTIVE`` jobs every ranking is too many: a local search from the plain
+    one, no worse than it in sum and within the makespan bound."""
+    lanes = [Lane(f"j{i}", 1000.0 * (1 + (7 * i) % 9), cap=150.0 * (1 + i % 4))
+             for i in range(9)]
+    ranked = rank(lanes, 1000.0)
+    by_id = {lane.id: lane for lane in lanes}
+    plain = sorted(lanes, key=lambda lane: plain_key(lane, 1000.0))
+    spans = {}
+    for name, order in (("ranked", [by_id[i] for i in ranked]), ("plain", plain)):
+        ends = completions(order, 1000.0)
+        spans[name] = (max(ends), sum(ends))
+    assert sorted(ranked) == sorted(by_id)
+    assert spans["ranked"][1] <= spans["plain"][1]
+    assert spans["ranked"][0] <= spans["plain"][0] * (1 + MAKESPAN_SLACK) + 1e-9
 
 
 def test_the_order_rule_writes_again_when_the_order_changes_and_keeps_loading_out(tmp_path):
     shares, events = _shares(tmp_path, "order")
     jobs = {"a": _Job(1, 5000, 2000, id="a"), "b": _Job(1, 1000, 2000, id="b"),
             "c": _Job(1, 3000, 2000, id="c")}  # every one loading-bound: shortest first
-    shares.follow(jobs, peak=1000.0)
+    shares.follow(jobs, NODE1000)
     assert events[-1] == ("cpu_shares", {"weights": {"b": 263, "c": 33, "a": 4},
                                          "rule": "order", "order": ["b", "c", "a"],
                                          "ceilings": {"b": 2000, "c": 2000, "a": 2000}})
     assert shares.for_the_model(SAMPLES) == [SAMPLES[1]]  # rates follow the weights
-    jobs["b"].remaining_samples = 9000  # the same workers, another order: written again
-    shares.follow(jobs, peak=1000.0)
-    assert events[-1][1]["order"] == ["c", "a", "b"] and shares.groups.weight("c") == 263
+    # a's GPU found to bind it (300 samples/s: 16.7 s for its 5,000) and c with 9,000 left:
+    # ranked last, a would end the node 60 % later than ranked first. The same workers,
+    # another order: written again
+    jobs["a"].ceiling, jobs["c"].remaining_samples = 300.0, 9000
+    shares.follow(jobs, NODE1000)
+    assert events[-1][1]["order"] == ["a", "b", "c"] and shares.groups.weight("a") == 263
     written = len(events)
-    shares.follow(jobs, peak=1000.0)
+    shares.follow(jobs, NODE1000)
     assert len(events) == written  # nothing moved: nothing written
     del jobs["a"], jobs["b"]
-    shares.follow(jobs, peak=1000.0)  # one job left: its loading is its own again
+    shares.follow(jobs, NODE1000)  # one job left: its loading is its own again
     assert shares.for_the_model(SAMPLES) == SAMPLES
+

@@ -218,3 +218,27 @@ def test_a_page_is_read_while_a_write_holds_the_store(tmp_path):
         assert [i for i, _, _ in pages[0]] == ids
         assert json.loads(pages[0][0][2])["name"] == "r18"  # not the uncommitted name
         assert store.get_job(ids[0]).name == "renamed"
+
+
+def test_a_view_made_for_a_job_retired_meanwhile_is_not_kept(tmp_path):
+    """``GET /v1/jobs`` reads the held jobs' views without the node's lock; a retirement
+    (record released, then its view dropped) can fall between a page's read of the record
+    and the view it keeps: the view is dropped again, so none stays behind for months."""
+    from types import SimpleNamespace
+
+    from adloader.daemon.service_impl import NodeServiceMixin
+
+    with Store(tmp_path / "s.db") as store:
+        held = store.add_job(SPEC, "tok", state="running")
+        gone = store.add_job(SPEC, "tok", state="running")
+        node = SimpleNamespace(store=store, static_views={},
+                               scheduler=SimpleNamespace(jobs={}))
+        rec = store.get_job(gone)
+        store.update_job(gone, state="finished", finished_at=1.0, exit_code=0)
+        store.release(gone)  # the retirement, after the page read its record
+        node.static_views.pop(gone, None)
+        body = NodeServiceMixin._job_json(node, rec)
+        assert json.loads(body)["id"] == gone  # the page still shows what it read
+        assert gone not in node.static_views
+        body = NodeServiceMixin._job_json(node, store.get_job(held))
+        assert json.loads(body)["iteration"] is None and held in node.static_views
