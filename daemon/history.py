@@ -20,7 +20,13 @@ from adloader import rest
 from adloader.errors import InputError
 from adloader.rest import EventQuery, JobQuery
 
-from .job_record import HISTORY_VIEW
+from .job_record import HISTORY_VIEW, number_sql
+
+# an event as GET /v1/events shows it, written by SQLite from its row (each row's JSON built
+# in C, outside the GIL), its data spliced in as stored (null where a row has none)
+EVENT_VIEW = ("'{\"id\":' || id || ',\"t\":' || " + number_sql("t") +
+              " || ',\"job\":' || json_quote(job) || ',\"kind\":' || json_quote(kind) ||"
+              " ',\"data\":' || coalesce(data, 'null') || '}'")
 
 JOB_CURSOR, EVENT_CURSOR = "j", "e"
 
@@ -97,12 +103,10 @@ class HistoryMixin:
         """One page of events as a JSON array (each ``data`` as stored, not parsed) and the
         cursor that follows it (the same one when the page is empty: poll with it)."""
         where, params = _event_filters(query)
-        rows = self._read(f"SELECT id, t, job, kind, data FROM events WHERE "
+        rows = self._read(f"SELECT id, {EVENT_VIEW} FROM events WHERE "
                           f"{' AND '.join(where)} ORDER BY id LIMIT ?",
                           (*params, query.limit))
-        body = ("[" + ",".join(
-            f'{{"id":{i},"t":{t!r},"job":{json.dumps(job)},"kind":{json.dumps(kind)},'
-            f'"data":{data}}}' for i, t, job, kind, data in rows) + "]").encode()
+        body = ("[" + ",".join(view for _, view in rows) + "]").encode()
         return body, encode_cursor(EVENT_CURSOR, rows[-1][0] if rows else params[0])
 
     def events(self, since_id: int = 0, limit: int = 500) -> list[dict]:

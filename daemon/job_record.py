@@ -65,7 +65,7 @@ def _as_stored(job_id: str, text: str) -> JobSpec:
         raise StorageError(f"job {job_id}: its stored spec is unreadable") from None
 
 
-def _number(column: str) -> str:
+def number_sql(column: str) -> str:
     """SQL writing a REAL column as JSON: 17 significant digits (SQLite's JSON functions keep
     15, which rounds a timestamp), ``null`` for NULL."""
     return f"CASE WHEN {column} IS NULL THEN 'null' ELSE printf('%!.17g', {column}) END"
@@ -80,9 +80,9 @@ HISTORY_VIEW = " || ',' || ".join([
     _field("state", "json_quote(state)"), _field("workers", "json_quote(workers)"),
     _field("pid", "'null'"), _field("supervisor_pid", "json_quote(pid)"),
     _field("exit_code", "json_quote(exit_code)"), _field("reason", "json_quote(reason)"),
-    _field("submitted_at", _number("submitted_at")),
-    _field("started_at", _number("started_at")),
-    _field("finished_at", _number("finished_at")), _field("throughput", "'null'"),
+    _field("submitted_at", number_sql("submitted_at")),
+    _field("started_at", number_sql("started_at")),
+    _field("finished_at", number_sql("finished_at")), _field("throughput", "'null'"),
     _field("iteration", "json_quote(iteration)"), _field("cpu_percent", "'null'"),
     _field("uid", "json_quote(uid)"), _field("spec", "spec") + " || '}'"])
 """A job of the history as ``JobView.from_record`` shows it (nothing live), written by SQLite

@@ -242,3 +242,19 @@ def test_a_view_made_for_a_job_retired_meanwhile_is_not_kept(tmp_path):
         assert gone not in node.static_views
         body = NodeServiceMixin._job_json(node, store.get_job(held))
         assert json.loads(body)["iteration"] is None and held in node.static_views
+
+
+def test_an_events_page_written_by_sqlite_reads_as_the_events_stored(tmp_path):
+    """A page of events is written by SQLite from its rows (``history.EVENT_VIEW``): every
+    field reads back as stored — a timestamp to its last bit, ids and kinds that need
+    escaping, data spliced in as stored, a node event's job as null."""
+    t = 1795863765.6600001  # 17 significant digits: SQLite's JSON functions keep 15
+    odd = 'j-"quoted"\\ünï'
+    data = {"workers": {"a": 3}, "note": 'tab\t and "quotes"', "x": 1e-7, "none": None}
+    with Store(tmp_path / "s.db") as store:
+        store.add_event(odd, 'kind "q"', data, t=t)
+        store.add_event(None, "plan", t=0.1)
+        events = json.loads(store.event_page(EventQuery())[0])
+    assert events == [{"id": 1, "t": t, "job": odd, "kind": 'kind "q"', "data": data},
+                      {"id": 2, "t": 0.1, "job": None, "kind": "plan", "data": {}}]
+    assert events[0]["t"] == t and repr(events[0]["t"]) == repr(t)
