@@ -23,6 +23,7 @@ from torch.utils.data.dataloader import _DatasetKind
 from torch.utils.data.datapipes.datapipe import IterDataPipe
 
 from adloader.client import stream
+from adloader.client.batch_segments import SegmentCollate
 from adloader.client.elastic_sampler import (
     BatchWindow,
     InlineFetch,
@@ -323,8 +324,13 @@ class ElasticDataLoader(DataLoaderContract[T_co]):
                                                   self.collate_fn, self.pin_memory,
                                                   self.pin_memory_device), window, 0)
         generator = torch.Generator()  # a throwaway: the user's RNG is drawn once, in __iter__
+        collate_fn = self.collate_fn
+        if collate_fn is default_collate and self._batched and not self.pin_memory:
+            # batches into segments the workers reuse (client/batch_segments.py): in flight,
+            # the one the loop holds and the one before it, which it holds while it asks
+            collate_fn = SegmentCollate(n, (self.prefetch_factor or 2) + 3)
         kwargs: dict[str, Any] = dict(
-            num_workers=n, collate_fn=self.collate_fn, pin_memory=self.pin_memory,
+            num_workers=n, collate_fn=collate_fn, pin_memory=self.pin_memory,
             timeout=self.timeout, worker_init_fn=self.worker_init_fn, generator=generator,
             multiprocessing_context=self._context(), prefetch_factor=self.prefetch_factor,
             persistent_workers=self.persistent_workers, in_order=self.in_order,

@@ -18,6 +18,8 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils import signal_handling
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
+from adloader.client.batch_segments import SegmentCollate
+
 CHECK_S = 0.1  # how often a waiting pool looks at its workers
 DEATH_WAIT_S = 2.0  # how long a broken receive waits to see which worker died
 
@@ -57,6 +59,8 @@ class PoolIter(_MultiProcessingDataLoaderIter, _SeededIter):
 
     def __init__(self, loader: DataLoader) -> None:
         self.processed = False
+        collate_fn = loader.collate_fn
+        self._segments = collate_fn if isinstance(collate_fn, SegmentCollate) else None
         super().__init__(loader)
         if self._worker_pids_set:  # a death is ours to handle, not a signal anywhere
             signal_handling._remove_worker_pids(id(self))
@@ -95,10 +99,15 @@ class PoolIter(_MultiProcessingDataLoaderIter, _SeededIter):
 
     def _process_data(self, data, worker_idx):
         self.processed = True
-        return super()._process_data(data, worker_idx)
+        data = super()._process_data(data, worker_idx)
+        if self._segments is not None:
+            self._segments.received(data)
+        return data
 
     def __next__(self):
         self.processed = False
+        if self._segments is not None:
+            self._segments.release()
         return super().__next__()
 
 
