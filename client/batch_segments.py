@@ -42,6 +42,11 @@ def _body(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
+def _tail(storage: torch.UntypedStorage, body: int) -> torch.Tensor:
+    """The int64s past a segment's ``body`` bytes that name it."""
+    return torch.empty(0, dtype=torch.int64).set_(storage, body // 8, (TAIL,))
+
+
 class SegmentCollate:
     """``default_collate`` into reused segments (see the module); one per pool of
     ``workers`` workers, made in the trainer before they fork."""
@@ -55,6 +60,12 @@ class SegmentCollate:
         self._bytes = 0  # the worker's segments, in all
         self._held: list[tuple[StorageWeakRef, int, int]] = []  # the trainer's side
         self._map = {**default_collate_fn_map, torch.Tensor: self._tensor}
+
+    @classmethod
+    def for_pool(cls, workers: int, prefetch_factor: int | None) -> SegmentCollate:
+        """Enough segments a worker for its batches in flight, the one the loop holds and
+        the one before it, which the loop still holds while it asks for the next."""
+        return cls(workers, (prefetch_factor or 2) + 3)
 
     # -- in a worker ------------------------------------------------------------------------
     def __call__(self, batch):
@@ -89,8 +100,7 @@ class SegmentCollate:
         self._bytes += body
         storage = torch.UntypedStorage._new_shared(body + TAIL * 8)
         k = len(self._mine)
-        tail = torch.empty(0, dtype=torch.int64).set_(storage, body // 8, (TAIL,))
-        tail.copy_(torch.tensor([MAGIC, self.token, worker, k], dtype=torch.int64))
+        _tail(storage, body).copy_(torch.tensor([MAGIC, self.token, worker, k]))
         self._mine.append((storage, shape, dtype))
         return k
 
@@ -119,10 +129,10 @@ class SegmentCollate:
         if t.device.type != "cpu" or t.storage_offset() != 0 or not t.is_contiguous():
             return None
         storage = t.untyped_storage()
-        body = _body(t.numel() * t.element_size())
+        body = _body(t.nbytes)
         if storage.nbytes() != body + TAIL * 8 or not storage.is_shared():
             return None
-        tail = torch.empty(0, dtype=torch.int64).set_(storage, body // 8, (TAIL,)).tolist()
+        tail = _tail(storage, body).tolist()
         if tail[0] != MAGIC or tail[1] != self.token \
                 or not (0 <= tail[2] < self.workers and 0 <= tail[3] < self.slots):
             return None

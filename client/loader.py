@@ -326,9 +326,7 @@ class ElasticDataLoader(DataLoaderContract[T_co]):
         generator = torch.Generator()  # a throwaway: the user's RNG is drawn once, in __iter__
         collate_fn = self.collate_fn
         if collate_fn is default_collate and self._batched and not self.pin_memory:
-            # batches into segments the workers reuse (client/batch_segments.py): in flight,
-            # the one the loop holds and the one before it, which it holds while it asks
-            collate_fn = SegmentCollate(n, (self.prefetch_factor or 2) + 3)
+            collate_fn = SegmentCollate.for_pool(n, self.prefetch_factor)  # reused segments
         kwargs: dict[str, Any] = dict(
             num_workers=n, collate_fn=collate_fn, pin_memory=self.pin_memory,
             timeout=self.timeout, worker_init_fn=self.worker_init_fn, generator=generator,
