@@ -5,8 +5,9 @@ ids a tenant chose — are escaped as the exposition format says and cannot inje
 A job is labelled ``job_id`` (``job`` is Prometheus' own target label: a scraped ``job``
 becomes ``exported_job``). What grows is a counter (``_total``: a job's samples and CPU
 seconds; take ``rate()`` of them), what is set now a gauge. The daemon's own process
-(``process_*``: CPU seconds, memory, open files) and ``adloader_build_info`` (version,
-commit, Python) come with them.
+(``process_*``: CPU seconds, memory, open files), its collections (``python_gc_*`` by
+generation, ``adloader_gc_frozen_objects``) and ``adloader_build_info`` (version, commit,
+Python) come with them.
 A node of a thousand jobs takes ~10 ms of CPU to render: ``MetricsCache`` serves the last
 rendering and renders anew in the background when it is over ``max_age_s`` old (stale
 while revalidating), so a scrape never waits for it after the first.
@@ -19,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 COUNTERS = ("dropped_frames", "refused_messages", "undelivered", "loop_errors",
@@ -77,11 +78,25 @@ class BuildCollector:
         yield build
 
 
+class FrozenCollector:
+    """``adloader_gc_frozen_objects``: the objects the daemon moved out of the interpreter's
+    collections once it served (``adloader.cli.daemon``); 0 before, or where it did not."""
+
+    def collect(self) -> Iterator:
+        import gc
+
+        yield GaugeMetricFamily("adloader_gc_frozen_objects", "objects alive when the daemon "
+                                "began serving, which no collection walks again",
+                                value=gc.get_freeze_count())
+
+
 def exposition(snapshot: Callable[[], dict]) -> str:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(snapshot))
     registry.register(BuildCollector())
+    registry.register(FrozenCollector())
     ProcessCollector(registry=registry)  # process_*: the daemon's own CPU, memory, files
+    GCCollector(registry=registry)  # python_gc_*: the collections, by generation
     return generate_latest(registry).decode()
 
 
