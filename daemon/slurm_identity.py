@@ -6,7 +6,8 @@ a job's parts by. Anyone can set ``SLURM_JOB_ID`` or ``ADLOADER_NAME``, so the n
 proves nothing. With ``TaskPlugin=task/cgroup`` and ``ProctrackType=proctrack/cgroup`` (the
 configuration docs/slurm.md supports), every process of a Slurm job lives in that job's
 cgroup — ``.../job_1234/step_0`` on cgroup v1 (``/slurm_HOST/uid_U/job_J/step_S``) and v2
-(``/system.slice/slurmstepd.scope/job_J/step_S/...``) alike — which no process can leave
+(``/system.slice/slurmstepd.scope/job_J/step_S/...``, or ``NODENAME_slurmstepd.scope`` from a
+build for several slurmd on one host) alike — which no process can leave
 for another user's job. So the daemon reads ``/proc/PID/cgroup`` of the process the kernel
 says connected (``SO_PEERCRED``) and refuses a Slurm name whose job that process is not in.
 
@@ -24,10 +25,11 @@ import re
 from pathlib import Path
 
 SLURM_NAME = re.compile(r"^slurm-(\d+)(?:\.[A-Za-z0-9_]+)?$")
-# where Slurm's cgroup/v1 plugin (slurm_HOST, or slurm) and cgroup/v2 (slurmstepd.scope) keep
-# its jobs, under the cgroup mount
-SLURM_TREES = ("*/slurm*", "slurm*", "system.slice/slurmstepd.scope",
-               "*/system.slice/slurmstepd.scope")
+# where Slurm's cgroup/v1 plugin (slurm_HOST, or slurm) and cgroup/v2 (slurmstepd.scope; a
+# build for several slurmd on one host, Debian's, names it NODENAME_slurmstepd.scope) keep its
+# jobs, under the cgroup mount
+SLURM_TREES = ("*/slurm*", "slurm*", "system.slice/*slurmstepd.scope",
+               "*/system.slice/*slurmstepd.scope")
 
 
 def slurm_job_of(name: str) -> str | None:

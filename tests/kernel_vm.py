@@ -6,7 +6,9 @@ The guest is Debian's kernel (its package unpacked into ``KERNEL_DIR``, not inst
 initramfs made here: a static busybox, the virtio and 9p modules, and an init that mounts
 this machine's ``/`` read-only over 9p, gives it fresh ``/proc``, ``/sys``, ``/dev``, ``/tmp``
 and ``/run`` and cgroup2 at ``/sys/fs/cgroup`` (every controller on it: the kernel has no v1
-hierarchy), brings up loopback, and runs the caller's script chrooted there — the same
+hierarchy), brings up loopback and a dummy interface with an address (getaddrinfo with
+AI_ADDRCONFIG, as Slurm calls it, finds no host with loopback alone), takes this host's name,
+and runs the caller's script chrooted there — the same
 Python, packages and checkout as the host — with ``OUT`` (the caller's folder, writable) at
 ``/mnt``. QEMU emulates the CPU (TCG): this machine's ``/dev/kvm`` opens, but a guest on it
 stalls at boot. The guest boots in ~5 s; Python starts in seconds there, not milliseconds.
@@ -35,7 +37,8 @@ BUSYBOX = Path("/bin/busybox")
 MODULES = ("drivers/virtio/virtio_ring", "drivers/virtio/virtio",
            "drivers/virtio/virtio_pci_legacy_dev", "drivers/virtio/virtio_pci_modern_dev",
            "drivers/virtio/virtio_pci", "fs/netfs/netfs", "fs/fscache/fscache",
-           "net/9p/9pnet", "net/9p/9pnet_virtio", "fs/9p/9p")
+           "net/9p/9pnet", "net/9p/9pnet_virtio", "fs/9p/9p",
+           "drivers/net/dummy")  # an address besides loopback: getaddrinfo(AI_ADDRCONFIG) wants one
 INIT = """#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -60,7 +63,10 @@ mount -t tmpfs shm /host/dev/shm
 mount -t tmpfs tmp /host/tmp
 mount -t tmpfs run /host/run
 ip link set lo up
+ip link add adl0 type dummy && ip addr add 10.254.0.1/24 dev adl0 && ip link set adl0 up
+hostname "$(cat /host/etc/hostname)"
 echo "adloader-vm: guest up"
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 chroot /host /bin/sh /mnt/guest.sh > /host/mnt/guest.log 2>&1
 echo "adloader-vm: guest exit $?"
 sync
@@ -100,6 +106,19 @@ def missing() -> str | None:
         return (f"no kernel unpacked in {KERNEL_DIR} (apt-get download linux-image-VERSION-amd64; "
                 f"dpkg-deb -x it there; ADLOADER_VM_KERNEL_DIR names another folder)")
     return None
+
+
+def needs_vm(tools: tuple[str, ...] = ()) -> None:
+    """Skip (fail under CI=true: ``ci_rules.cannot``) where the guest cannot boot here, or
+    where this machine lacks one of ``tools`` for the guest to run."""
+    from ci_rules import cannot
+
+    why = "not root (the guest's cgroups are made as root)" if os.geteuid() != 0 else missing()
+    absent = [t for t in tools if shutil.which(t) is None]
+    if why is None and absent:
+        why = f"no {', '.join(absent)} for the guest to run"
+    if why is not None:
+        cannot(f"cannot boot the cgroup v2 guest: {why}")
 
 
 def _initramfs(modules: Path, into: Path) -> Path:

@@ -66,8 +66,12 @@ class SlurmCluster:
             (self.work / sub).mkdir(parents=True, exist_ok=True)
         self.conf = self.work / "slurm.conf"
         self.conf.write_text(self._conf(kill_wait_s, oversubscribe))
+        plugin = _cgroup_plugin()
+        # on v2 slurmd asks systemd (over D-Bus) for its stepds' scope; where no systemd
+        # answers (a container, tests/kernel_vm.py's guest) it makes the cgroups itself
+        fallback = "IgnoreSystemdOnFailure=yes\n" if plugin == "cgroup/v2" else ""
         (self.work / "cgroup.conf").write_text(
-            f"CgroupPlugin={_cgroup_plugin()}\nConstrainCores=yes\nCgroupAutomount=yes\n")
+            f"CgroupPlugin={plugin}\nConstrainCores=yes\nCgroupAutomount=yes\n{fallback}")
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.procs: list[subprocess.Popen] = []
 

@@ -9,28 +9,16 @@ except under CI=true, where it must run."""
 
 from __future__ import annotations
 
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import kernel_vm
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _needs_vm() -> None:
-    why = "root" if os.geteuid() != 0 else kernel_vm.missing()
-    if why == "root":
-        why = "not root (the guest's cgroups are made as root)"
-    if why is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"cannot boot the cgroup v2 guest: {why}")
-        pytest.skip(f"cannot boot the cgroup v2 guest: {why}")
-
-
 def test_the_cpu_groups_take_effect_on_cgroup_v2(tmp_path):
-    _needs_vm()
+    kernel_vm.needs_vm()
     python = kernel_vm.python()
     script = f"""cd {REPO}
 export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 CI=true

@@ -41,7 +41,8 @@ def test_a_process_in_the_job_has_its_name(tmp_path, cgroup, tree):
 
 
 @pytest.mark.parametrize("tree", ["cpuset/slurm_node1", "system.slice/slurmstepd.scope",
-                                  "unified/system.slice/slurmstepd.scope"])
+                                  "unified/system.slice/slurmstepd.scope",
+                                  "system.slice/n1_slurmstepd.scope"])  # several slurmd a host
 def test_a_process_outside_the_job_is_refused_the_name_saying_where_it_is(tmp_path, tree):
     verdict, why = check_slurm_name("slurm-1234.0", 77, **_host(tmp_path, OUTSIDE, tree))
     assert verdict is False

@@ -1,0 +1,44 @@
+"""Slurm on a real cgroup v2 hierarchy: this machine runs v1, so a kernel of its own boots in
+QEMU (``tests/kernel_vm.py``) with cgroup2 alone, and ``tests/integration/test_slurm.py``'s
+test of a Slurm name taken outside that Slurm job runs there — munged, slurmctld and slurmd
+(``CgroupPlugin=cgroup/v2``; no systemd in the guest, so slurmd makes its cgroups itself,
+``IgnoreSystemdOnFailure``), an sbatch job training under the daemon and verified by its
+cgroup, a process outside the job claiming its name refused. Its first run found the daemon
+looking for Slurm's v2 tree as ``slurmstepd.scope`` where Debian's build (several slurmd a
+host) names it ``NODENAME_slurmstepd.scope``: the squatter was not checked, and kept the name.
+Needs root, QEMU, a static busybox, the unpacked kernel and Slurm's packages (``.ci/run``
+sets them up): skipped without them, except under CI=true, where it must run."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import kernel_vm
+
+REPO = Path(__file__).resolve().parents[2]
+TEST = "test_a_slurm_name_taken_outside_that_slurm_job_is_refused"
+# what the guest's read-only root lacks for munged and Slurm: writable state and logs, and the
+# slice systemd would have made
+SETUP = """for d in /var/log /var/lib/munge /var/spool /var/lib/slurm; do mount -t tmpfs t $d; done
+mkdir -p /sys/fs/cgroup/system.slice /var/log/munge /run/munge /var/log/slurm
+chown munge:munge /var/log/munge /run/munge /var/lib/munge
+"""
+
+
+def test_a_slurm_name_taken_outside_its_job_is_refused_on_cgroup_v2(tmp_path):
+    kernel_vm.needs_vm(("slurmctld", "slurmd", "munged", "sbatch"))
+    python = kernel_vm.python()
+    script = f"""{SETUP}cd {REPO}
+export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 CI=true
+{python} -m pytest -q -p no:cacheprovider tests/integration/test_slurm.py -k {TEST} \\
+  --junitxml=/mnt/junit.xml
+"""
+    run = kernel_vm.boot(script, tmp_path / "guest", timeout_s=900)
+    assert run.exit_code is not None, run.console[-3000:]
+    cases = ET.parse(tmp_path / "guest" / "junit.xml").getroot().find("testsuite") \
+        .findall("testcase")
+    assert [c.get("name") for c in cases] == [TEST], run.log[-3000:]
+    assert all(c.find(x) is None for c in cases for x in ("failure", "error", "skipped")), \
+        run.log[-4000:]
+    assert run.exit_code == 0, run.log[-3000:]
