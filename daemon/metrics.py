@@ -16,6 +16,7 @@ while revalidating), so a scrape never waits for it after the first.
 from __future__ import annotations
 
 import collections
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -83,8 +84,6 @@ class FrozenCollector:
     collections once it served (``adloader.cli.daemon``); 0 before, or where it did not."""
 
     def collect(self) -> Iterator:
-        import gc
-
         yield GaugeMetricFamily("adloader_gc_frozen_objects", "objects alive when the daemon "
                                 "began serving, which no collection walks again",
                                 value=gc.get_freeze_count())

@@ -26,9 +26,11 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 KERNEL_DIR = Path(os.environ.get("ADLOADER_VM_KERNEL_DIR", "/opt/adloader-vm"))
 QEMU = "qemu-system-x86_64"
 BUSYBOX = Path("/bin/busybox")
@@ -173,3 +175,22 @@ def boot(script: str, out: Path, timeout_s: float = 900.0, cpus: int = 2,
 def python() -> str:
     """This interpreter's real path (the guest sees the host's files, not its shims)."""
     return os.path.realpath(sys.executable)
+
+
+def pytest_in_guest(args: str, out: Path, setup: str = "",
+                    timeout_s: float = 900.0) -> tuple[GuestRun, dict[str, str]]:
+    """``python -m pytest ARGS`` on this checkout in the guest (under CI=true, after the sh
+    lines ``setup``): the boot, and each test's outcome by name — passed, failure, error or
+    skipped — from its JUnit report (none where no report was written)."""
+    script = f"""{setup}cd {REPO}
+export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 CI=true
+{python()} -m pytest -q -p no:cacheprovider {args} --junitxml=/mnt/junit.xml
+"""
+    run = boot(script, out, timeout_s=timeout_s)
+    report = out / "junit.xml"
+    outcomes: dict[str, str] = {}
+    if report.exists():
+        for case in ET.parse(report).getroot().iter("testcase"):
+            bad = [x for x in ("failure", "error", "skipped") if case.find(x) is not None]
+            outcomes[case.get("name")] = bad[0] if bad else "passed"
+    return run, outcomes

@@ -11,12 +11,8 @@ sets them up): skipped without them, except under CI=true, where it must run."""
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
-from pathlib import Path
-
 import kernel_vm
 
-REPO = Path(__file__).resolve().parents[2]
 TEST = "test_a_slurm_name_taken_outside_that_slurm_job_is_refused"
 # what the guest's read-only root lacks for munged and Slurm: writable state and logs, and the
 # slice systemd would have made
@@ -28,17 +24,8 @@ chown munge:munge /var/log/munge /run/munge /var/lib/munge
 
 def test_a_slurm_name_taken_outside_its_job_is_refused_on_cgroup_v2(tmp_path):
     kernel_vm.needs_vm(("slurmctld", "slurmd", "munged", "sbatch"))
-    python = kernel_vm.python()
-    script = f"""{SETUP}cd {REPO}
-export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 CI=true
-{python} -m pytest -q -p no:cacheprovider tests/integration/test_slurm.py -k {TEST} \\
-  --junitxml=/mnt/junit.xml
-"""
-    run = kernel_vm.boot(script, tmp_path / "guest", timeout_s=900)
+    run, outcomes = kernel_vm.pytest_in_guest(f"tests/integration/test_slurm.py -k {TEST}",
+                                              tmp_path / "guest", setup=SETUP)
     assert run.exit_code is not None, run.console[-3000:]
-    cases = ET.parse(tmp_path / "guest" / "junit.xml").getroot().find("testsuite") \
-        .findall("testcase")
-    assert [c.get("name") for c in cases] == [TEST], run.log[-3000:]
-    assert all(c.find(x) is None for c in cases for x in ("failure", "error", "skipped")), \
-        run.log[-4000:]
+    assert outcomes == {TEST: "passed"}, (outcomes, run.log[-4000:])
     assert run.exit_code == 0, run.log[-3000:]
