@@ -358,7 +358,7 @@ TARGETS = {"makespan_vs_best_fixed": ("<=", 1.00), "makespan_vs_requested": ("<=
 KEYS = ("aggregate_throughput", "makespan_s", "first_batch_s", "node_rate", "mean_jct_s",
         "worst_jct_s", "memory_mb",
         "overhead_cpu_per_training_s", "overhead_after_start_cpu_per_training_s",
-        "reallocations")
+        "overhead_resizes_cpu_per_training_s", "reallocations")
 
 
 def _paired(mine: list[dict], by_round: dict[int, dict], key: str) -> list[float]:

@@ -36,7 +36,8 @@ from adloader.version import __version__
 SUMMARY_COLUMNS = ["setting", "makespan s", "first batch s", "node samples/s", "× {ref}",
                    "spread", "× best fixed", "× requested", "mean JCT ×", "worst job JCT ×",
                    "Σ samples/s", "Σ ×",
-                   "memory MB", "overhead CPU/s", "after start", "reallocs", "targets"]
+                   "memory MB", "overhead CPU/s", "after start", "of it, resizes", "reallocs",
+                   "targets"]
 
 
 def summary_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -54,6 +55,7 @@ def summary_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
              f"{r['sum_paired']:.3f}", f"{r['memory_mb']:.0f}",
              f"{r['overhead_cpu_per_training_s']:.4f}",
              f"{r.get('overhead_after_start_cpu_per_training_s', 0.0):.4f}",
+             f"{r.get('overhead_resizes_cpu_per_training_s', 0.0):.4f}",
              f"{r['reallocations']:g}",
              f"{len(r['met'])}/3" if r["daemon"] else ""] for r in summary]
     return [c.format(ref=ref) for c in SUMMARY_COLUMNS], rows
@@ -231,7 +233,8 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
         "process of the run, overhead the CPU-seconds of the daemon (its start-up left out), "
         "supervisors and masters per training-second; after start: the same without the "
         "daemon's fitting worker's start (its scikit-learn import, once a busy period), as the "
-        "worker measured it.",
+        "worker measured it; of it, resizes: what the masters spent starting the worker pools "
+        "the daemon's resizes asked for (torch forks every worker of a new pool).",
         f"- Every ratio is paired with `{ref}`'s run of the same round, then the median over "
         "rounds is taken; spread is the min–max of the makespan ratio. Best fixed: of "
         "requested, even, cores and one (those run), the one with the least median (per "

@@ -154,6 +154,8 @@ def summarise(jobs: list[dict], t0: float, watch: RunWatch, once_cpu_s: float = 
     training_s = sum(j["elapsed_s"] for j in jobs)
     cpu = watch.cpu_by_role()
     cpu["master"] = sum(j.get("master_cpu_s", 0.0) for j in jobs)  # inside the jobs
+    # of it, the worker pools the daemon's resizes started (counted: shown apart)
+    cpu["master_resize"] = sum(j.get("master_resize_cpu_s", 0.0) for j in jobs)
     # the process's full collections that fell in the masters' threads: shown, not counted
     cpu["master_gc"] = sum(j.get("master_gc_s", 0.0) for j in jobs)
     overhead = sum(cpu.get(role, 0.0) for role in OVERHEAD)
@@ -169,7 +171,10 @@ def summarise(jobs: list[dict], t0: float, watch: RunWatch, once_cpu_s: float = 
             "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
             "overhead_cpu_per_training_s": round(overhead / max(training_s, 1e-9), 5),
             "overhead_after_start_cpu_per_training_s": round(
-                max(overhead - once_cpu_s, 0.0) / max(training_s, 1e-9), 5)}
+                max(overhead - once_cpu_s, 0.0) / max(training_s, 1e-9), 5),
+            # of the overhead, the masters' pools started for the daemon's resizes
+            "overhead_resizes_cpu_per_training_s": round(
+                cpu["master_resize"] / max(training_s, 1e-9), 5)}
 
 
 OVERHEAD = ("daemon", "refit", "supervisor", "master")  # the roles that are adloader's cost

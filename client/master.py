@@ -113,6 +113,7 @@ class JobMaster(ChannelCallbacks):
         self._lock = threading.Lock()
         self._hook_cpu_s = 0.0  # CPU seconds spent in on_batch (full collections apart)
         self._hook_gc_s = 0.0  # full collections that fell in on_batch
+        self._resize_cpu_s = 0.0  # of the hook's, the pools a resize started (torch's iter())
         self._collections = FullCollections()  # started with the channel; until then 0
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._workers = workers  # what the loader runs with (0 while paused/released)
@@ -203,6 +204,12 @@ class JobMaster(ChannelCallbacks):
         process's full collections that fell in them are ``gc_s``, not this."""
         channel = self.channel.cpu_s if self.channel is not None else 0.0
         return channel + self._hook_cpu_s + named_threads_cpu_s("ZMQbg")
+
+    def resize_cpu_s(self) -> float:
+        """Of ``cpu_s``, what the loader spent applying the daemon's resizes in this thread:
+        starting the new worker pool (torch forks each worker: ~8 ms of the trainer's CPU
+        a worker here) and stopping the old one."""
+        return self._resize_cpu_s
 
     def gc_s(self) -> float:
         """CPU seconds of the process's full collections that ran in the master's threads."""
@@ -303,7 +310,10 @@ class JobMaster(ChannelCallbacks):
         to its predicted miss load (Lobster §4.2) — every rank computes the same split."""
         share = self._rank_share(workers) if self._distributed else workers
         if self.loader is not None:
+            began, gc_began = time.thread_time(), self._collections.spent()
             self.loader.resize(share)
+            collected = self._collections.spent() - gc_began
+            self._resize_cpu_s += time.thread_time() - began - collected
         self._workers = workers
 
     def _rank_share(self, total: int) -> int:

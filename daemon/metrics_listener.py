@@ -134,7 +134,9 @@ class MetricsListener:
     def __init__(self, sock: socket.socket, app: MetricsApp):
         import uvicorn
 
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None,
+        from .http_server import server_class
+
+        self.server = server_class()(uvicorn.Config(app, log_level="warning", log_config=None,
                                                     lifespan="off"))
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
                                         name="adloader-metrics-listener", daemon=True)
@@ -144,6 +146,6 @@ class MetricsListener:
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        self.server.should_exit = True
+        self.server.stop()
         if self._thread.is_alive():
             self._thread.join(timeout_s)

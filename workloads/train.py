@@ -237,7 +237,8 @@ def main(argv=None) -> int:
                               "workers": history,
                               "workers_at": loader.changed_at if baseline else None,
                               "master_cpu_s": job.cpu_s() if job is not None else 0.0,
-                              "master_gc_s": job.gc_s() if job is not None else 0.0})
+                              "master_gc_s": job.gc_s() if job is not None else 0.0,
+                              "master_resize_cpu_s": job.resize_cpu_s() if job else 0.0})
     if job is not None:
         job.finish(0)
     return 0

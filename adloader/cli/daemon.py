@@ -251,18 +251,12 @@ def _ui(args) -> int:
 
 
 def _server_class():
-    import uvicorn
+    from adloader.daemon.http_server import server_class
 
-    class Server(uvicorn.Server):
-        """uvicorn, whose SIGTERM/SIGINT end a graceful shutdown and exit 0 (uvicorn itself
-        re-raises the signal afterwards, which ends the process with signal status)."""
-
-        on_started = None  # called once it serves (the daemon tells systemd)
-
-        async def startup(self, sockets=None) -> None:
-            await super().startup(sockets=sockets)
-            if self.started and self.on_started is not None:
-                self.on_started()
+    class Server(server_class()):
+        """The daemon's uvicorn (a one-second tick), whose SIGTERM/SIGINT end a graceful
+        shutdown and exit 0 (uvicorn itself re-raises the signal afterwards, which ends the
+        process with signal status)."""
 
         @contextlib.contextmanager
         def capture_signals(self):

@@ -140,3 +140,11 @@ def test_the_watch_counts_a_daemon_child_that_does_not_name_the_run(tmp_path):
     roles = watch.cpu_by_role()
     assert roles.get("refit", 0.0) >= 0.4, roles  # the child, by its command
     assert "daemon" in roles  # the parent: it names the run
+
+
+def test_the_pools_the_resizes_started_are_counted_in_the_masters_overhead(run):
+    """Shown apart (``master_resize``), never taken out of ``master``."""
+    cpu = run["measured"]["cpu_s"]
+    assert 0.0 <= cpu["master_resize"] <= cpu["master"], cpu
+    if run["replay"].get("resized_jobs"):  # a resize reached a running job: it started a pool
+        assert cpu["master_resize"] > 0, (cpu, run["replay"]["resized_jobs"])

@@ -1,0 +1,89 @@
+"""The daemon's uvicorn ticks once a second (uvicorn's own: ten times), and still ends at
+once when told to, from another thread or by a signal."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from adloader.daemon import http_server
+from adloader.daemon.http_server import TICK_S, server_class
+
+
+async def _app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _serving(server) -> tuple[threading.Thread, str, list[float]]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    ticks: list[float] = []
+    on_tick = server.on_tick
+
+    async def counted(counter: int) -> bool:
+        ticks.append(time.monotonic())
+        return await on_tick(counter)
+
+    server.on_tick = counted
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    return thread, url, ticks
+
+
+def _server():
+    return server_class()(uvicorn.Config(_app, log_level="warning", log_config=None,
+                                         lifespan="off"))
+
+
+def test_the_server_ticks_once_a_second():
+    server = _server()
+    thread, url, ticks = _serving(server)
+    assert httpx.get(url).text == "ok"
+    began, first = time.monotonic(), len(ticks)
+    time.sleep(2.5 * TICK_S)
+    seen = len(ticks) - first
+    # uvicorn's own loop ticks every 0.1 s: ~25 here; one a second: 2 or 3
+    assert seen <= 4, f"{seen} ticks in {time.monotonic() - began:.1f} s"
+    server.stop()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("how", ["stop", "signal"])
+def test_what_ends_the_server_wakes_it_rather_than_waiting_for_its_tick(monkeypatch, how):
+    monkeypatch.setattr(http_server, "TICK_S", 600.0)  # a tick it could never wait out here
+    server = _server()
+    thread, url, _ = _serving(server)
+    assert httpx.get(url).text == "ok"
+    time.sleep(0.3)  # the loop is waiting for its (600 s) tick
+    if how == "stop":
+        server.stop()
+    else:  # what a SIGTERM runs
+        server.handle_exit(signal.SIGTERM, None)
+    thread.join(timeout=60)
+    assert not thread.is_alive(), f"{how}: still serving a minute later"
+
+
+def test_a_stop_before_the_loop_runs_is_not_lost():
+    server = _server()
+    server.stop()  # before serve(): nothing to wake yet
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
