@@ -23,9 +23,17 @@ async def _app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def _serving(server) -> tuple[threading.Thread, str, list[float]]:
+def _run(server) -> tuple[threading.Thread, str]:
+    """``server`` serving a socket of its own, in a thread; its URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    return thread, f"http://127.0.0.1:{sock.getsockname()[1]}/"
+
+
+def _serving(server) -> tuple[threading.Thread, str, list[float]]:
+    """``_run``, each tick of its loop timed, once it has started."""
     ticks: list[float] = []
     on_tick = server.on_tick
 
@@ -34,9 +42,7 @@ def _serving(server) -> tuple[threading.Thread, str, list[float]]:
         return await on_tick(counter)
 
     server.on_tick = counted
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    thread, url = _run(server)
     deadline = time.monotonic() + 30
     while not server.started:
         assert time.monotonic() < deadline, "the server did not start"
@@ -81,9 +87,6 @@ def test_what_ends_the_server_wakes_it_rather_than_waiting_for_its_tick(monkeypa
 def test_a_stop_before_the_loop_runs_is_not_lost():
     server = _server()
     server.stop()  # before serve(): nothing to wake yet
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    thread, _ = _run(server)
     thread.join(timeout=30)
     assert not thread.is_alive()
