@@ -3,7 +3,9 @@ a job before it is launched (its supervisor joins it, so the job and its workers
 it), weights that follow the allocation after every decision, and the group dropped when the
 job has ended. A job started by hand (``adloader run``, ``attach``) is moved into its group
 when it registers: the process the kernel says connected (``SO_PEERCRED``, never the pid a
-job reports) and every process it has started, so its workers forked later start there.
+job reports) and every process it has started, so its workers forked later start there —
+except a Slurm step on cgroup v2, weighted in the step's own cgroup instead (moved out, it
+would leave Slurm's tracking and cpuset; ``CpuShares.keep``).
 Off unless the ``cpu_shares`` setting names the groups' parent; a node where the groups
 cannot be made runs without them, and says so once. Under the rule ``turn``
 (``cpu_share_rule``) a job the plan holds at one worker while others hold more runs on the
@@ -29,6 +31,7 @@ from adloader.scheduling.fluid_order import Lane, rank
 from adloader.scheduling.samples import LoadingSample
 
 from .live import ACTIVE
+from .slurm_identity import slurm_step_group
 
 log = logging.getLogger("adloader.daemon.shares")
 
@@ -66,7 +69,7 @@ class JobShares:
 
     def has_group(self, job_id: str) -> bool:
         """Is ``job_id``'s group made (its processes then share the CPU by its weight)?"""
-        return self.groups is not None and (self.groups.base / job_id).is_dir()
+        return self.groups is not None and self.groups.group(job_id).is_dir()
 
     def adopt(self, job, peer) -> bool:
         """A job started by hand, as its master registers: move the process the kernel says
@@ -83,6 +86,9 @@ class JobShares:
             if proc.uids().real != peer.uid or _started_s(pid) > peer.seen:
                 log.warning("%s: pid %d is no longer the process that connected", job_id, pid)
                 return False
+            step = slurm_step_group(pid) if self.groups.version == 2 else None
+            if step is not None:  # Slurm's: weighted where it is, never moved (the module)
+                return self._keep(job_id, step)
             self.groups.add(job_id, pid)  # first: what it starts from now on starts there
         except (psutil.Error, OSError) as exc:
             log.warning("%s: not moved into its CPU group: %s", job_id, exc)
@@ -101,6 +107,17 @@ class JobShares:
                 break
         self.written.pop(job_id, None)  # its weight is written at the next follow
         self.record(job_id, "cpu_group_joined", {"pids": moved})
+        return True
+
+    def _keep(self, job_id: str, step: str) -> bool:
+        try:
+            self.groups.keep(job_id, step)
+        except StorageError as exc:
+            log.warning("%s: no CPU share in its Slurm step: %s", job_id, exc)
+            self.record(job_id, "cpu_group_refused", {"cgroup": step, "reason": str(exc)})
+            return False
+        self.written.pop(job_id, None)
+        self.record(job_id, "cpu_group_kept", {"cgroup": step})
         return True
 
     def follow(self, jobs: Mapping, table=None) -> None:

@@ -38,6 +38,26 @@ def slurm_job_of(name: str) -> str | None:
     return m.group(1) if m else None
 
 
+def slurm_step_group(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """The cgroup v2 path of the Slurm step process ``pid`` is in (``/system.slice/
+    n1_slurmstepd.scope/job_12/step_0``: the step's own folder, above Slurm's ``user``/
+    ``task_N`` and ``slurm`` folders inside it), or None: not in a Slurm step, not on cgroup v2
+    (the unified ``0::`` line names no Slurm tree), or unreadable."""
+    try:
+        text = (proc / str(pid) / "cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if not line.startswith("0::"):
+            continue
+        parts = line[3:].split("/")
+        for i in range(1, len(parts) - 1):
+            if re.fullmatch(r"job_\d+", parts[i]) and parts[i + 1].startswith("step_") \
+                    and any("slurm" in part for part in parts[:i]):
+                return "/".join(parts[:i + 2])
+    return None
+
+
 def node_runs_slurm_cgroups(cgroup_root: Path = Path("/sys/fs/cgroup")) -> bool:
     """Whether Slurm keeps its jobs' cgroups on this node (a tree of its under the mount)."""
     return any(any(cgroup_root.glob(pattern)) for pattern in SLURM_TREES)

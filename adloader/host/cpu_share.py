@@ -26,6 +26,15 @@ scaled by ``ORDER_RATIO`` for each job ranked after it (the caller's ranking:
 ``daemon.job_shares.end_order``), the node's total kept. The job ahead gets the CPU its
 workers can use, the next the CPU it leaves, and so on: the jobs end one after another instead
 of together, while every worker stays runnable, so the kernel keeps the node busy as before.
+
+A job whose processes already live in a cgroup another manager owns, on v2, is weighted where
+it is (``keep``): on a Slurm node on cgroup v2 the step's own folder (``.../job_J/step_S``) —
+moving its processes out would take them from Slurm's tracking and cpuset. Its group is
+weighted like any job's, and the group's parent (the Slurm job, whose siblings are the node's
+other Slurm jobs) gets the sum of its kept groups' weights, so each Slurm job's share at its
+own level follows its steps' workers too. The cpu controller is enabled down to that folder
+where it is not yet; what adloader wrote is set back to the default when the job leaves, and
+the folders are never removed (they are not adloader's).
 """
 
 from __future__ import annotations
@@ -83,6 +92,7 @@ class CpuShares:
 
     def __init__(self, root: str | os.PathLike = DEFAULT_ROOT, parent: str = "adloader"):
         self.root, self.parent = Path(root), parent
+        self.kept: dict[str, Path] = {}  # job -> a v2 group another manager owns (``keep``)
         controllers = self.root / "cgroup.controllers"
         if controllers.exists() and "cpu" in controllers.read_text().split():
             self.version = 2
@@ -110,8 +120,37 @@ class CpuShares:
     def default(self) -> int:
         return V2_DEFAULT if self.version == 2 else V1_DEFAULT
 
+    @property
+    def knob(self) -> str:
+        return "cpu.weight" if self.version == 2 else "cpu.shares"
+
+    def group(self, job: str) -> Path:
+        """The folder ``job``'s weight is written in: its own, or the one it was kept in."""
+        return self.kept.get(job) or self.base / job
+
     def _dirs(self, job: str) -> list[Path]:
         return list(dict.fromkeys([self.base / job, self.acct / job]))
+
+    def keep(self, job: str, group: str | os.PathLike) -> Path:
+        """Weight ``job`` in ``group``, a v2 cgroup its processes already live in (a path
+        under the mount, or absolute as ``/proc/PID/cgroup`` writes it), instead of moving
+        them; the cpu controller is enabled from the root down to it. Raises StorageError
+        where it cannot be (v1, or a level that refuses the controller)."""
+        if self.version != 2:
+            raise StorageError(f"{job}: a group kept in place needs cgroup v2 (this is v1)")
+        path = self.root / str(group).lstrip("/")
+        levels = path.relative_to(self.root).parts
+        try:
+            for i in range(len(levels)):  # the root and every level above ``path``
+                above = self.root.joinpath(*levels[:i])
+                control = above / "cgroup.subtree_control"
+                if "cpu" not in control.read_text().split():
+                    _write(control, "+cpu")
+        except OSError as exc:
+            raise StorageError(f"{path}: the cpu controller cannot be enabled at "
+                               f"{above}: {exc.strerror}") from None
+        self.kept[job] = path
+        return path
 
     def prepare(self, job: str) -> list[Path]:
         """``job``'s group folders, made: a process joins by writing its pid to
@@ -130,22 +169,41 @@ class CpuShares:
                     order: Sequence[str] = ()) -> dict[str, int]:
         """Weights following each job's workers by ``rule`` (``order``: the jobs' order of
         priority, for the rule ``order``); returns what was written."""
-        knob, bounds = ("cpu.weight", V2_RANGE) if self.version == 2 else \
-            ("cpu.shares", V1_RANGE)
-        out = weights({k: v for k, v in workers.items() if (self.base / k).is_dir()},
-                      self.default, bounds, rule, order)
+        out = weights({k: v for k, v in workers.items() if self.group(k).is_dir()},
+                      self.default, self._bounds, rule, order)
         for job, w in out.items():
-            _write(self.base / job / knob, str(w))
+            _write(self.group(job) / self.knob, str(w))
+        self._weigh_kept_parents({k: w for k, w in out.items() if k in self.kept})
         return out
 
+    @property
+    def _bounds(self) -> tuple[int, int]:
+        return V2_RANGE if self.version == 2 else V1_RANGE
+
+    def _weigh_kept_parents(self, written: Mapping[str, int]) -> None:
+        for parent in {p.parent for p in self.kept.values()}:
+            self._weigh_parent(parent, written)
+
+    def _weigh_parent(self, parent: Path, written: Mapping[str, int]) -> None:
+        """A kept group's parent: the sum of the weights of the kept groups under it
+        (``written`` where given, else what the group holds), the default where none is."""
+        lo, hi = self._bounds
+        total = 0
+        for job, path in self.kept.items():
+            if path.parent == parent:
+                with contextlib.suppress(OSError, ValueError):  # ended: Slurm removed it
+                    total += written[job] if job in written else self.weight(job)
+        with contextlib.suppress(OSError):
+            _write(parent / self.knob, str(min(hi, max(lo, total or self.default))))
+
     def weight(self, job: str) -> int:
-        knob = "cpu.weight" if self.version == 2 else "cpu.shares"
-        return int((self.base / job / knob).read_text())
+        return int((self.group(job) / self.knob).read_text())
 
     def usage_s(self, job: str) -> float:
         """CPU seconds every process of ``job`` has used while in its group."""
         if self.version == 2:
-            for line in (self.acct / job / "cpu.stat").read_text().splitlines():
+            acct = self.kept.get(job) or self.acct / job
+            for line in (acct / "cpu.stat").read_text().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "usage_usec":
                     return int(value) / 1e6
@@ -153,7 +211,14 @@ class CpuShares:
         return int((self.acct / job / "cpuacct.usage").read_text()) / 1e9
 
     def remove(self, job: str) -> None:
-        """Drop ``job``'s group once its processes are gone (any left move to the parent)."""
+        """Drop ``job``'s group once its processes are gone (any left move to the parent); a
+        kept group is left where it is, its weight (and its parent's) set back."""
+        if job in self.kept:
+            path = self.kept.pop(job)
+            with contextlib.suppress(OSError):  # gone with its step
+                _write(path / self.knob, str(self.default))
+            self._weigh_parent(path.parent, {})
+            return
         for d in self._dirs(job):
             with contextlib.suppress(OSError):
                 for pid in (d / "cgroup.procs").read_text().split():
@@ -162,7 +227,9 @@ class CpuShares:
                 d.rmdir()
 
     def close(self) -> None:
-        """Remove every job group and the parent (what is left of them)."""
+        """Remove every job group and the parent (what is left of them); kept groups set back."""
+        for job in list(self.kept):
+            self.remove(job)
         for d in {self.base, self.acct}:
             if d.is_dir():
                 for child in d.iterdir():
