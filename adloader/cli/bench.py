@@ -72,7 +72,8 @@ def bench_allocation(args) -> int:
 
 def bench_mixes(args) -> int:
     return report.mixes_benchmark(*_options.simulation_setup(args), args.mixes, args.seed,
-                                  args.jobs, args.rate, args.json, args.floor_slot)
+                                  args.jobs, args.rate, args.json, args.floor_slot,
+                                  args.placed_as_balance)
 
 
 def bench_install(args) -> int:
@@ -149,7 +150,10 @@ BENCHMARKS: dict[str, Bench] = {
                    help=f"jobs per mix (default {report.MIXES_JOBS})"),
         _flag("--mixes", type=int, default=10, help="random mixes (default 10)"),
         _flag("--rate", type=float, default=1 / 60,
-              help="Poisson arrivals per second (default one a minute)"), FLOOR_SLOT, JSON)),
+              help="Poisson arrivals per second (default one a minute)"), FLOOR_SLOT,
+        _flag("--placed-as-balance", action="store_true",
+              help="pin each job to the GPUs balance gave it, in every run: policies compared "
+                   "at the same co-location"), JSON)),
     "declared": Bench(bench_declared, "the declared space of mixes: where coordination gains, "
                                       "ties or costs against no daemon, simulated", (
         _sim("--profile", "--seed", "--truth"), FLOOR_SLOT,

@@ -348,18 +348,23 @@ def mix_seeds(count: int, seed: int = 0) -> list[int]:
 def random_mixes(profile: DeviceProfile, model: ThroughputModel, base: SimConfig | None = None,
                  count: int = 10, seed: int = 0, jobs: int = 8, rate: float = 1 / 60,
                  mix: str = "paper", policies: tuple[str, ...] = MIX_POLICIES,
-                 alpha: float = 0.95, seeds: list[int] | None = None) -> dict:
+                 alpha: float = 0.95, seeds: list[int] | None = None,
+                 placed_as_balance: bool = False) -> dict:
     """``count`` random traces from the generator (Poisson arrivals at ``rate``, ``jobs`` jobs
     of ``mix``) with held-out seeds (``mix_seeds``), each simulated with the requested
     workers and no reallocation (the baseline) and under every policy with reallocation.
     Each run against the same mix's baseline and its ``balance`` run; then per policy the
     median, min and max over mixes, and in how many mixes every job kept ≥ α × its rate
     under balance (rate: samples / JCT). ``seeds``: other generator seeds (a test's own,
-    never held out)."""
+    never held out). ``placed_as_balance``: every run of a mix with each job pinned to the
+    GPUs balance's run gave it, so every policy co-locates its jobs as balance does."""
     from adloader.sim.generator import generate
+    from adloader.sim.trace import pinned
 
     if count < 1:
         raise InputError(f"mixes must be at least 1, got {count}")
+    if "balance" not in policies:
+        raise InputError("the mixes are judged against balance: policies must include it")
     base = base or SimConfig()
     configs = [SimConfig(**{**base.__dict__, "policy": "requested", "realloc": False})]
     configs += [SimConfig(**{**base.__dict__, "policy": p, "realloc": True}) for p in policies]
@@ -370,6 +375,9 @@ def random_mixes(profile: DeviceProfile, model: ThroughputModel, base: SimConfig
         task = progress.add_task("bench mixes", total=count * len(configs))
         for s in seeds:
             trace = generate(jobs, s, mix, rate, profile.gpus)
+            if placed_as_balance:  # balance's placement, replayed in every run of the mix
+                placed = simulate(trace, profile, model, configs[policies.index("balance") + 1])
+                trace = pinned(trace, {j["name"]: j["gpu_ids"] for j in placed.to_json()["jobs"]})
             runs = []
             for cfg in configs:
                 runs.append(simulate(trace, profile, model, cfg).to_json())
@@ -402,5 +410,6 @@ def random_mixes(profile: DeviceProfile, model: ThroughputModel, base: SimConfig
                         "max": max(values)}
         rows.append(row)
     return {"seeds": seeds, "jobs": jobs, "rate_per_s": rate, "mix": mix, "alpha": alpha,
+            "placed_as_balance": placed_as_balance,
             "gpus": profile.gpus, "simulations": len(per_mix), "seconds": seconds,
             "rows": rows, "runs": per_mix}

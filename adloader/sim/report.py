@@ -303,10 +303,12 @@ def allocation_benchmark(jobs: int | None = None, capacity: int = 1024,
 
 def mixes_benchmark(profile, model, config, mixes: int = 10, seed: int = 0,
                     jobs: int | None = None, rate: float = 1 / 60, json_path=None,
-                    floor_slot: float | None = None) -> int:
+                    floor_slot: float | None = None, placed_as_balance: bool = False) -> int:
     """Held-out random mixes from the generator: every policy against no reallocation and
     against balance on each mix; medians and min–max over mixes. ``floor_slot``: each mix's
-    floor over its whole trace too (``no_daemon.floor``), where the groups' floor is loose."""
+    floor over its whole trace too (``no_daemon.floor``), where the groups' floor is loose.
+    ``placed_as_balance``: each job pinned to the GPUs balance gave it, in every run (the
+    no-daemon comparison is then left out: its settings place jobs their own way)."""
     from adloader.sim import experiments
     from adloader.sim.generator import GPU_CHOICES, PAPER_MIX, batch_for
 
@@ -314,7 +316,8 @@ def mixes_benchmark(profile, model, config, mixes: int = 10, seed: int = 0,
     out = console()
     facts = intro(out, profile, config, model,  # the mix's models, each on every GPU count
                   [(m, batch_for(m), n) for m in PAPER_MIX for n in GPU_CHOICES])
-    result = experiments.random_mixes(profile, model, config, mixes, seed, jobs, rate)
+    result = experiments.random_mixes(profile, model, config, mixes, seed, jobs, rate,
+                                      placed_as_balance=placed_as_balance)
     result["truth"] = facts
     seeds = result["seeds"]
     out.print(f"{len(seeds)} held-out mixes, generator seeds {seeds[0]}–{seeds[-1]} (tests use "
@@ -335,6 +338,11 @@ def mixes_benchmark(profile, model, config, mixes: int = 10, seed: int = 0,
                     ["policy", "makespan × no-realloc", "makespan × balance",
                      "mean JCT × balance", "Σ T × balance", "worst job × balance",
                      f"every job ≥ {result['alpha']:g}× balance"], rows))
+    if placed_as_balance:
+        out.print("  every run placed as balance placed the mix (each job pinned to its GPUs "
+                  "there); the no-daemon comparison is left out")
+        save(json_path, result)
+        return 0
     from adloader.scheduling.policies import DEFAULT_POLICY
     from adloader.sim import no_daemon
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -275,3 +276,11 @@ def fit_to_gpus(trace: Trace, gpus: int) -> tuple[Trace, int]:
             for job in trace.jobs]
     per_gpu = max(1, -(-sum(j.gpus for j in jobs) // gpus))
     return trace.model_copy(update={"jobs": jobs, "gpus": gpus}), per_gpu
+
+
+def pinned(trace: Trace, gpu_ids: Mapping[str, Sequence[int]]) -> Trace:
+    """The trace with each job named in ``gpu_ids`` pinned to those GPUs (a run's placement
+    replayed: another policy's run then co-locates its jobs alike)."""
+    return trace.model_copy(update={"jobs": tuple(
+        job.model_copy(update={"gpu_ids": tuple(gpu_ids[job.name])})
+        if job.name in gpu_ids else job for job in trace.jobs)})

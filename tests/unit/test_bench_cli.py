@@ -18,7 +18,8 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "dynamic": SIM | OUT | {"--floor-slot"},
     "tpm": {"--profile", "--model", "--seed", "--cores", "--realloc-cost"},
     "allocation": {"--jobs", "--capacity", "--json"},
-    "mixes": SIM | {"--jobs", "--mixes", "--rate", "--floor-slot", "--json"},
+    "mixes": SIM | {"--jobs", "--mixes", "--rate", "--floor-slot", "--placed-as-balance",
+                   "--json"},
     "declared": {"--profile", "--seed", "--truth", "--floor-slot", "--mixes", "--json"},
     "live": {"--quick", "--rounds", "--iterations-scale", "--crop", "--workers", "--policies",
              "--baselines", "--report", "--member"}
@@ -66,13 +67,16 @@ def _bench_parsers() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
+SWITCHES = {"--quick", "--placed-as-balance"}  # flags that take no value
+
+
 def _args(flag: str) -> list[str]:
-    return [flag] if flag == "--quick" else [flag, VALUES[flag]]
+    return [flag] if flag in SWITCHES else [flag, VALUES[flag]]
 
 
 def test_the_table_covers_every_bench_and_every_flag_has_a_sample_value():
     assert set(FLAGS) == set(bench.BENCHMARKS) == set(_bench_parsers())
-    assert EVERY_FLAG - {"--quick"} <= set(VALUES)
+    assert EVERY_FLAG - SWITCHES <= set(VALUES)
 
 
 @pytest.mark.parametrize("name", sorted(FLAGS))

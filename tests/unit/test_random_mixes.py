@@ -78,3 +78,42 @@ def test_the_floor_over_a_whole_mix_is_at_least_the_groups_and_under_every_sched
     assert whole["floor_x_best_fixed"] >= groups["floor_x_best_fixed"] - 1e-9
     assert whole["mean_jct_x_best_fixed"] >= whole["floor_x_best_fixed"] - 1e-9
     assert whole["floor_x_best_fixed"] <= 1.0 + 1e-9
+
+
+def test_placed_as_balance_pins_every_run_to_the_gpus_balance_gave(paper_profile, paper_model):
+    """``--placed-as-balance``: each job on the GPUs balance's run gave it, in every run of
+    the mix, so a policy is judged against balance at the same co-location."""
+    from adloader.sim.generator import generate
+    from adloader.sim.simulator import SimConfig, simulate
+    from adloader.sim.trace import pinned
+
+    def run(trace, policy):
+        return simulate(trace, paper_profile, paper_model,
+                        SimConfig(policy=policy, realloc=True)).to_json()
+
+    trace = generate(8, 1, "paper", 1 / 60, paper_profile.gpus)  # a test's own seed
+    place = {j["name"]: tuple(j["gpu_ids"]) for j in run(trace, "balance")["jobs"]}
+    free = {j["name"]: tuple(j["gpu_ids"]) for j in run(trace, "ftf")["jobs"]}
+    assert free != place  # this mix: ftf, on its own, co-locates otherwise
+    alike = pinned(trace, place)
+    assert {j["name"]: tuple(j["gpu_ids"]) for j in run(alike, "ftf")["jobs"]} == place
+    result = experiments.random_mixes(paper_profile, paper_model, seeds=[1], jobs=8,
+                                      policies=("balance", "ftf"), placed_as_balance=True)
+    assert result["placed_as_balance"] is True
+    ftf = next(r for r in result["runs"] if r["policy"] == "ftf")
+    expected = run(alike, "ftf")
+    experiments.job_ratios(expected, run(alike, "balance"))
+    assert ftf["worst_x_balance"] == expected["worst_job_ratio"]
+    with pytest.raises(InputError, match="must include it"):
+        experiments.random_mixes(paper_profile, paper_model, seeds=[1], policies=("ftf",))
+
+
+@pytest.mark.held_out_plumbing
+def test_cli_places_every_run_as_balance_when_asked(run, tmp_path):
+    path = tmp_path / "mixes.json"
+    code, out, err = run("bench", "mixes", "--mixes", "1", "--jobs", "3", "--rate", "0.05",
+                         "--placed-as-balance", "--json", str(path))
+    assert code == 0, err
+    assert "every run placed as balance placed the mix" in out
+    saved = json.loads(path.read_text())
+    assert saved["placed_as_balance"] is True and "no_daemon" not in saved
