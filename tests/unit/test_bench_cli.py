@@ -76,7 +76,7 @@ def _args(flag: str) -> list[str]:
 
 def test_the_table_covers_every_bench_and_every_flag_has_a_sample_value():
     assert set(FLAGS) == set(bench.BENCHMARKS) == set(_bench_parsers())
-    assert EVERY_FLAG - SWITCHES <= set(VALUES)
+    assert set(VALUES) >= EVERY_FLAG - SWITCHES
 
 
 @pytest.mark.parametrize("name", sorted(FLAGS))
