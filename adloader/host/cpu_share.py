@@ -202,8 +202,7 @@ class CpuShares:
     def usage_s(self, job: str) -> float:
         """CPU seconds every process of ``job`` has used while in its group."""
         if self.version == 2:
-            acct = self.kept.get(job) or self.acct / job
-            for line in (acct / "cpu.stat").read_text().splitlines():
+            for line in (self.group(job) / "cpu.stat").read_text().splitlines():  # acct = base
                 key, _, value = line.partition(" ")
                 if key == "usage_usec":
                     return int(value) / 1e6

@@ -17,14 +17,17 @@ ROOT = Path(__file__).resolve().parents[2]
 NO_TORCH = "raise ImportError('torch is not installed here (a test of the daemon without it)')\n"
 
 
+def _names(requirements) -> set[str]:
+    return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
 def test_the_daemon_s_requirements_are_its_extra_and_the_base_less_torch():
     listed = runpy.run_path(str(ROOT / "deploy" / "daemon_requirements.py"))[
         "daemon_requirements"]()
-    names = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in listed}
+    names = _names(listed)
     assert "torch" not in names
     assert {"fastapi", "uvicorn", "scikit-learn", "pyzmq", "pydantic", "numpy"} <= names
-    every = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower()
-             for r in importlib.metadata.requires("adloader")}
+    every = _names(importlib.metadata.requires("adloader"))
     assert "torch" in every and not names & {"pytest", "lightning", "torchdata"}  # no other extra
 
 
