@@ -93,6 +93,7 @@ class CpuShares:
     def __init__(self, root: str | os.PathLike = DEFAULT_ROOT, parent: str = "adloader"):
         self.root, self.parent = Path(root), parent
         self.kept: dict[str, Path] = {}  # job -> a v2 group another manager owns (``keep``)
+        self._kept_weight: dict[str, int] = {}  # a kept job's own weight, as last planned
         controllers = self.root / "cgroup.controllers"
         if controllers.exists() and "cpu" in controllers.read_text().split():
             self.version = 2
@@ -172,29 +173,40 @@ class CpuShares:
         out = weights({k: v for k, v in workers.items() if self.group(k).is_dir()},
                       self.default, self._bounds, rule, order)
         for job, w in out.items():
-            _write(self.group(job) / self.knob, str(w))
-        self._weigh_kept_parents({k: w for k, w in out.items() if k in self.kept})
+            if job not in self.kept:
+                _write(self.group(job) / self.knob, str(w))
+        self._kept_weight.update({k: w for k, w in out.items() if k in self.kept})
+        for path in {self.kept[k] for k in out if k in self.kept}:
+            self._weigh_kept(path)
+        for parent in {p.parent for p in self.kept.values()}:
+            self._weigh_parent(parent)
         return out
 
     @property
     def _bounds(self) -> tuple[int, int]:
         return V2_RANGE if self.version == 2 else V1_RANGE
 
-    def _weigh_kept_parents(self, written: Mapping[str, int]) -> None:
-        for parent in {p.parent for p in self.kept.values()}:
-            self._weigh_parent(parent, written)
-
-    def _weigh_parent(self, parent: Path, written: Mapping[str, int]) -> None:
-        """A kept group's parent: the sum of the weights of the kept groups under it
-        (``written`` where given, else what the group holds), the default where none is."""
+    def _sum(self, total: int) -> int:
         lo, hi = self._bounds
+        return min(hi, max(lo, total or self.default))
+
+    def _weigh_kept(self, path: Path) -> None:
+        """A kept group: the sum of its jobs' weights (two jobs of one Slurm step share it),
+        the default where none is left."""
+        total = sum(self._kept_weight.get(k, self.default)
+                    for k, p in self.kept.items() if p == path)
+        with contextlib.suppress(OSError):  # ended: Slurm removed it
+            _write(path / self.knob, str(self._sum(total)))
+
+    def _weigh_parent(self, parent: Path) -> None:
+        """A kept group's parent (the Slurm job): the sum of the weights of the kept groups
+        under it, each counted once; the default where none is."""
         total = 0
-        for job, path in self.kept.items():
-            if path.parent == parent:
-                with contextlib.suppress(OSError, ValueError):  # ended: Slurm removed it
-                    total += written[job] if job in written else self.weight(job)
+        for path in {p for p in self.kept.values() if p.parent == parent}:
+            with contextlib.suppress(OSError, ValueError):  # ended: Slurm removed it
+                total += int((path / self.knob).read_text())
         with contextlib.suppress(OSError):
-            _write(parent / self.knob, str(min(hi, max(lo, total or self.default))))
+            _write(parent / self.knob, str(self._sum(total)))
 
     def weight(self, job: str) -> int:
         return int((self.group(job) / self.knob).read_text())
@@ -214,9 +226,9 @@ class CpuShares:
         kept group is left where it is, its weight (and its parent's) set back."""
         if job in self.kept:
             path = self.kept.pop(job)
-            with contextlib.suppress(OSError):  # gone with its step
-                _write(path / self.knob, str(self.default))
-            self._weigh_parent(path.parent, {})
+            self._kept_weight.pop(job, None)
+            self._weigh_kept(path)  # the default, or what the step's other jobs hold
+            self._weigh_parent(path.parent)
             return
         for d in self._dirs(job):
             with contextlib.suppress(OSError):

@@ -82,6 +82,25 @@ def test_kept_groups_are_weighted_where_they_are_and_their_slurm_jobs_by_the_sum
     assert shares.kept == {}
 
 
+def test_two_jobs_of_one_step_share_its_weight_and_count_once_in_their_slurm_job(tmp_path):
+    """Two adloader jobs started in one Slurm step live in one cgroup: it carries the sum of
+    their weights, and their Slurm job counts the step once, not the last writer's weight
+    twice."""
+    shares = _v2(tmp_path)
+    for job, step in (("a", "job_12/step_0"), ("b", "job_12/step_0"), ("c", "job_13/step_0")):
+        shares.keep(job, f"/{SCOPE}/{step}")
+    assert shares.set_workers({"a": 3, "b": 1, "c": 2}) == {"a": 150, "b": 50, "c": 100}
+    weight = {p: int((tmp_path / SCOPE / p / "cpu.weight").read_text())
+              for p in ("job_12/step_0", "job_12", "job_13/step_0", "job_13")}
+    assert weight == {"job_12/step_0": 200, "job_12": 200, "job_13/step_0": 100, "job_13": 100}
+    shares.remove("a")  # b is still in the step: the step keeps b's weight
+    assert (tmp_path / SCOPE / "job_12/step_0/cpu.weight").read_text() == "50"
+    assert (tmp_path / SCOPE / "job_12/cpu.weight").read_text() == "50"
+    shares.remove("b")
+    assert (tmp_path / SCOPE / "job_12/step_0/cpu.weight").read_text() == "100"
+    assert (tmp_path / SCOPE / "job_12/cpu.weight").read_text() == "100"
+
+
 def test_a_step_gone_with_its_slurm_job_is_set_back_without_an_error(tmp_path):
     shares = _v2(tmp_path)
     shares.keep("c", f"/{SCOPE}/job_13/step_0")
