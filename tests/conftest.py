@@ -30,19 +30,19 @@ def run(capsys):
 
 @pytest.fixture(autouse=True)
 def _held_out_mixes_stay_unseen(request, monkeypatch):
-    """The held-out mixes judge the policies (``experiments.held_out``): a test that
+    """The held-out mixes judge the policies (``held_out_mixes.held_out``): a test that
     generates one fails, except the plumbing tests of ``bench mixes`` (marked
     ``held_out_plumbing``), which look at the output's shape, never at a figure."""
     if request.node.get_closest_marker("held_out_plumbing"):
         return
-    from adloader.sim import experiments, generator
+    from adloader.sim import generator, held_out_mixes
 
     real = generator.generate
 
     def guarded(jobs, seed, *args, **kwargs):
-        if experiments.held_out(seed):
+        if held_out_mixes.held_out(seed):
             raise AssertionError(f"a test generated held-out mix seed {seed}: held-out seeds "
-                                 f"are >= {experiments.MIX_SEED}, keep tests below")
+                                 f"are >= {held_out_mixes.MIX_SEED}, keep tests below")
         return real(jobs, seed, *args, **kwargs)
 
     monkeypatch.setattr(generator, "generate", guarded)

@@ -251,9 +251,11 @@ class FinishFair(Policy):
             even = dict(zip((j.name for j in d.jobs),
                             balance_plan(len(d.jobs), d.capacity).tolist(), strict=True))
             started = d.started or [True] * len(d.jobs)
-            self.shadow.observe(d.now, [(j.name, j.training_rate, j.remaining)
-                                        for j, s in zip(d.shares(even), started, strict=True)
-                                        if s])
+            placed = list(zip(d.solo, d.gpu_ids, strict=True)) \
+                if d.solo is not None and d.gpu_ids is not None else [()] * len(d.jobs)
+            self.shadow.observe(d.now, [(j.name, j.training_rate, j.remaining, *p)
+                                        for j, s, p in zip(d.shares(even), started, placed,
+                                                           strict=True) if s])
             due = self.shadow.deadlines(d.now, alpha)
         wanted = [replace(j, deadline=due.get(j.name)) for j in d.jobs]
         if not all(d.length_known):

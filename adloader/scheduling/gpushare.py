@@ -42,6 +42,43 @@ def fair_shares(
     return share
 
 
+def gpu_ceilings(
+    gpu_ids: Mapping[str, Sequence[int]], solo: Mapping[str, float], most: float,
+    loads: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Each job's ceiling: its solo rate ``solo`` (B·F_μ alone on its GPUs, samples/s) times
+    its predicted fair share of the GPUs. Each partner is taken to load as fast as any job
+    could (``most``, samples/s) — or, given ``loads`` (what each job's workers load), as fast
+    as that: a starved partner leaves the GPU free. The planner's ceilings and balance's
+    shadow run (``shadow_balance``) both come from here."""
+    caps = {k: most / solo[k] if solo[k] > EPS else 1.0 for k in gpu_ids}
+    shares = fair_shares(gpu_ids, caps)
+    if loads is not None:
+        held = {k: loads.get(k, 0.0) / solo[k] if solo[k] > EPS else 1.0 for k in gpu_ids}
+        for group in _sharing(gpu_ids):  # max-min fair shares: each group on its own
+            ids = {k: gpu_ids[k] for k in group}
+            for name in group:
+                shares[name] = fair_shares(ids, {**{k: held[k] for k in group},
+                                                 name: caps[name]})[name]
+    return {k: shares[k] * solo[k] for k in gpu_ids}
+
+
+def _sharing(gpu_ids: Mapping[str, Sequence[int]]) -> list[list[str]]:
+    """The groups of two or more jobs linked through GPUs they share (alone: none)."""
+    group_of: dict[int, list[str]] = {}
+    for name, ids in gpu_ids.items():
+        group = [name]
+        for g in ids:
+            other = group_of.get(g)
+            if other is not None and other is not group:
+                group += [k for k in other if k not in group]
+        for k in group:
+            for g in gpu_ids[k]:
+                group_of[g] = group
+    unique = {id(g): g for g in group_of.values()}
+    return [g for g in unique.values() if len(g) > 1]
+
+
 def iteration_rates(
     gpu_ids: Mapping[str, Sequence[int]],
     step_s: Mapping[str, float],

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from adloader.scheduling.allocation import JobDemand
-from adloader.scheduling.gpushare import fair_shares
+from adloader.scheduling.gpushare import gpu_ceilings
 from adloader.scheduling.policies import get_policy
 from adloader.scheduling.policy import Decision, Policy
 from adloader.scheduling.throughput import ThroughputModel
@@ -90,6 +90,12 @@ def place_in_order(jobs: Sequence[tuple[str, int]], gpus: int,
     return out
 
 
+def solo_rates(jobs: Sequence[PlanJob], model: ThroughputModel) -> dict[str, float]:
+    """c_i · B·F_μ of each job alone on its GPUs, samples/s."""
+    return {j.name: j.rate_scale * model.training_throughput(j.batch_size, j.gpus, j.flops_g,
+                                                             j.params_m) for j in jobs}
+
+
 def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
             model: ThroughputModel, table: np.ndarray,
             workers: Mapping[str, int] | None = None) -> list[JobDemand]:
@@ -98,19 +104,14 @@ def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
     Each partner is taken to load as fast as any job could — or, given ``workers`` (a
     plan), as fast as its workers there let it: a starved partner leaves the GPU free."""
     capacity = table.shape[0] - 1
-    most = float(table[capacity, capacity])  # the most any job could load
-    mu = {j.name: j.rate_scale * model.training_throughput(j.batch_size, j.gpus, j.flops_g,
-                                                           j.params_m) for j in jobs}
-    caps = {j.name: most / mu[j.name] for j in jobs}  # u cap = λ·s/B with s = B/μ
-    groups = {j.name: placement[j.name] for j in jobs}
-    shares = fair_shares(groups, caps)
+    mu = solo_rates(jobs, model)
+    loads = None
     if workers is not None:
         node = min(sum(workers.values()), capacity)
-        held = {k: float(table[node, min(d, node)]) / mu[k] for k, d in workers.items()}
-        for j in jobs:
-            if any(set(placement[k]) & set(placement[j.name]) for k in groups if k != j.name):
-                shares[j.name] = fair_shares(groups, {**held, j.name: caps[j.name]})[j.name]
-    return [JobDemand(j.name, shares[j.name] * mu[j.name], j.params_m, j.requested,
+        loads = {k: float(table[node, min(d, node)]) for k, d in workers.items()}
+    ceiling = gpu_ceilings({j.name: placement[j.name] for j in jobs}, mu,
+                           float(table[capacity, capacity]), loads)
+    return [JobDemand(j.name, ceiling[j.name], j.params_m, j.requested,
                       remaining=j.remaining_samples) for j in jobs]
 
 
@@ -176,11 +177,12 @@ def plan(
     if realloc:
         order = _order(active, wanted, float(table[capacity, capacity]))
         active, wanted = [active[i] for i in order], [wanted[i] for i in order]
-        placement = out.gpu_ids
+        placement, solo = out.gpu_ids, solo_rates(active, model)
         workers, wanted = policy.decide(Decision(
             wanted, capacity, table, [j.length_known for j in active],
             lambda alloc: demands(active, placement, model, table, alloc), now, window,
-            [j.started for j in active]))
+            [j.started for j in active], [solo[j.name] for j in active],
+            [placement[j.name] for j in active]))
         workers = _keep(active, wanted, workers, capacity, table, keep_threshold)
     else:
         fresh = [(j, d) for j, d in zip(active, wanted, strict=True) if not j.running]

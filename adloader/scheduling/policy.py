@@ -34,7 +34,10 @@ class Decision:
     the GPU shares of the current placement; ``shares(workers)``: the same jobs' demands with
     the GPU shares an allocation would leave them; ``now`` (None: no clock, a one-off plan)
     and ``window``, how long the caller waits to re-plan after a completion; ``started``
-    (None: all), whether each job has trained a batch (a start-up is no allocation's doing).
+    (None: all), whether each job has trained a batch (a start-up is no allocation's doing);
+    ``solo`` and ``gpu_ids`` (None: not given): each job's c_i·B·F_μ alone on its GPUs and
+    those GPUs, for a policy that predicts another run's GPU sharing (``ftf``'s shadow of
+    balance).
     """
 
     jobs: Sequence[JobDemand]
@@ -45,6 +48,8 @@ class Decision:
     now: float | None = None
     window: float = 0.0
     started: Sequence[bool] | None = None
+    solo: Sequence[float] | None = None
+    gpu_ids: Sequence[tuple[int, ...]] | None = None
 
 
 class Policy:

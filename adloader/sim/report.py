@@ -309,14 +309,14 @@ def mixes_benchmark(profile, model, config, mixes: int = 10, seed: int = 0,
     floor over its whole trace too (``no_daemon.floor``), where the groups' floor is loose.
     ``placed_as_balance``: each job pinned to the GPUs balance gave it, in every run (the
     no-daemon comparison is then left out: its settings place jobs their own way)."""
-    from adloader.sim import experiments
+    from adloader.sim import held_out_mixes
     from adloader.sim.generator import GPU_CHOICES, PAPER_MIX, batch_for
 
     jobs = MIXES_JOBS if jobs is None else jobs
     out = console()
     facts = intro(out, profile, config, model,  # the mix's models, each on every GPU count
                   [(m, batch_for(m), n) for m in PAPER_MIX for n in GPU_CHOICES])
-    result = experiments.random_mixes(profile, model, config, mixes, seed, jobs, rate,
+    result = held_out_mixes.random_mixes(profile, model, config, mixes, seed, jobs, rate,
                                       placed_as_balance=placed_as_balance)
     result["truth"] = facts
     seeds = result["seeds"]
@@ -330,7 +330,7 @@ def mixes_benchmark(profile, model, config, mixes: int = 10, seed: int = 0,
         return f"{v['median']:.3f} ({v['min']:.2f}–{v['max']:.2f})"
 
     rows = [[r["policy"] if r["realloc"] else "no realloc",
-             *(cell(r, k) for k in experiments.MIX_METRICS),
+             *(cell(r, k) for k in held_out_mixes.MIX_METRICS),
              f"{r['every_job_kept']}/{r['mixes']}"] for r in result["rows"]]
     out.print(table("held-out random mixes, median (min–max) over mixes; baselines from the "
                     "same mix: no realloc (requested workers kept) and balance (with "

@@ -16,7 +16,8 @@ from adloader.scheduling.policies import get_policy
 from adloader.scheduling.policy import Decision
 from adloader.scheduling.priority_plan import priority_plan
 from adloader.scheduling.shadow_balance import ShadowBalance
-from adloader.sim.experiments import job_ratios, random_mixes
+from adloader.sim.experiments import job_ratios
+from adloader.sim.held_out_mixes import random_mixes
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import load_trace
 
@@ -229,6 +230,26 @@ def test_shadow_balance_runs_the_same_arrivals_as_balance():
     assert shadow.ends() == pytest.approx({"a": 20.0})
     shadow.observe(40.0, [])  # a ended in the shadow and left the node: dropped
     assert shadow.jobs == {}
+
+
+def test_shadow_balance_shares_the_gpus_as_balance_does():
+    """Given each job's solo rate and GPUs, the shadow shares the GPUs among the jobs *it*
+    runs: when balance ends a partner, the survivor has the GPU alone there, whatever the
+    real run's partner (still running) left it as a ceiling."""
+    table = linear(2, 1_000.0)  # loading is no limit: the GPU is
+    shadow = ShadowBalance(2, table)
+    both = [("a", 50.0, 1_000.0, 100.0, (0,)), ("b", 50.0, 3_000.0, 100.0, (0,))]
+    shadow.observe(0.0, both)  # one GPU, 100 samples/s alone: 50 each while both run
+    assert shadow.ends() == pytest.approx({"a": 20.0, "b": 40.0})  # b alone from 20 s
+    shadow.observe(30.0, [(k, 50.0, 500.0, 100.0, (0,)) for k in "ab"])  # both still run here
+    assert shadow.ends() == pytest.approx({"a": 20.0, "b": 40.0})
+    assert shadow.jobs["b"].left == pytest.approx(1_000.0)
+    blind = ShadowBalance(2, table)  # no GPUs given: the ceilings as the caller gives them
+    blind.observe(0.0, [k[:3] for k in both])
+    assert blind.ends() == pytest.approx({"a": 20.0, "b": 60.0})
+    apart = ShadowBalance(2, table)  # on GPUs of their own nothing is shared
+    apart.observe(0.0, [("a", 100.0, 1_000.0, 100.0, (0,)), ("b", 100.0, 3_000.0, 100.0, (1,))])
+    assert apart.ends() == pytest.approx({"a": 10.0, "b": 30.0})
 
 
 def test_static_mix_gains_with_no_tenant_slower(paper_profile, paper_model):

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from adloader.errors import InputError
 from adloader.models import PAPER_MODELS
-from adloader.sim.experiments import MIX_SEED
 from adloader.sim.generator import PAPER_MIX, generate
+from adloader.sim.held_out_mixes import MIX_SEED
 from adloader.sim.trace import load_trace, parse_trace, save_trace
 
 

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.sim import experiments, generator
+from adloader.sim import generator, held_out_mixes
 
 
 def test_a_test_that_generates_a_held_out_mix_fails():
-    assert experiments.held_out(experiments.MIX_SEED) and not experiments.held_out(11)
+    assert held_out_mixes.held_out(held_out_mixes.MIX_SEED) and not held_out_mixes.held_out(11)
     generator.generate(3, 11)  # a test's own seed: fine
     with pytest.raises(AssertionError, match="held-out mix seed 1000"):
-        generator.generate(3, experiments.MIX_SEED)
+        generator.generate(3, held_out_mixes.MIX_SEED)
 
 
 def test_the_held_out_bench_cannot_run_in_an_unmarked_test(paper_profile, paper_model):
     with pytest.raises(AssertionError, match="held-out"):
-        experiments.random_mixes(paper_profile, paper_model, count=1, jobs=2)
+        held_out_mixes.random_mixes(paper_profile, paper_model, count=1, jobs=2)
 
 
 def test_every_held_out_seed_is_held_out():
     for seed in range(4):
-        assert all(experiments.held_out(s) for s in experiments.mix_seeds(10, seed))
+        assert all(held_out_mixes.held_out(s) for s in held_out_mixes.mix_seeds(10, seed))

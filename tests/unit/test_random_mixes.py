@@ -7,36 +7,36 @@ import json
 import pytest
 
 from adloader.errors import InputError
-from adloader.sim import experiments
+from adloader.sim import held_out_mixes
 
-POLICIES = ["requested", *experiments.MIX_POLICIES]
+POLICIES = ["requested", *held_out_mixes.MIX_POLICIES]
 
 
 @pytest.mark.held_out_plumbing
 def test_two_small_mixes_table_shape_and_balance_is_the_baseline(paper_profile, paper_model):
-    result = experiments.random_mixes(paper_profile, paper_model, count=2, jobs=4)
+    result = held_out_mixes.random_mixes(paper_profile, paper_model, count=2, jobs=4)
     assert result["seeds"] == [1000, 1001]  # held out: no test or calibration uses them
     assert result["simulations"] == 2 * len(POLICIES) == len(result["runs"])
     rows = {(r["policy"], r["realloc"]): r for r in result["rows"]}
-    assert list(rows) == [("requested", False), *((p, True) for p in experiments.MIX_POLICIES)]
+    assert list(rows) == [("requested", False), *((p, True) for p in held_out_mixes.MIX_POLICIES)]
     for row in rows.values():
         assert row["mixes"] == 2 and 0 <= row["every_job_kept"] <= 2
-        for key in experiments.MIX_METRICS:
+        for key in held_out_mixes.MIX_METRICS:
             v = row[key]
             assert 0 < v["min"] <= v["median"] <= v["max"]
     balance = rows["balance", True]
     assert all(balance[k] == {"median": 1.0, "min": 1.0, "max": 1.0}
-               for k in experiments.MIX_METRICS if k != "makespan_x_norealloc")
+               for k in held_out_mixes.MIX_METRICS if k != "makespan_x_norealloc")
     assert balance["every_job_kept"] == 2
     baseline = rows["requested", False]["makespan_x_norealloc"]
     assert baseline == {"median": 1.0, "min": 1.0, "max": 1.0}
 
 
 def test_seeds_of_each_run_are_disjoint():
-    assert experiments.mix_seeds(3, 0) == [1000, 1001, 1002]
-    assert not set(experiments.mix_seeds(3, 0)) & set(experiments.mix_seeds(3, 1))
+    assert held_out_mixes.mix_seeds(3, 0) == [1000, 1001, 1002]
+    assert not set(held_out_mixes.mix_seeds(3, 0)) & set(held_out_mixes.mix_seeds(3, 1))
     with pytest.raises(InputError, match="mixes must be at least 1"):
-        experiments.random_mixes(None, None, count=0)
+        held_out_mixes.random_mixes(None, None, count=0)
 
 
 @pytest.mark.held_out_plumbing
@@ -97,15 +97,15 @@ def test_placed_as_balance_pins_every_run_to_the_gpus_balance_gave(paper_profile
     assert free != place  # this mix: ftf, on its own, co-locates otherwise
     alike = pinned(trace, place)
     assert {j["name"]: tuple(j["gpu_ids"]) for j in run(alike, "ftf")["jobs"]} == place
-    result = experiments.random_mixes(paper_profile, paper_model, seeds=[1], jobs=8,
+    result = held_out_mixes.random_mixes(paper_profile, paper_model, seeds=[1], jobs=8,
                                       policies=("balance", "ftf"), placed_as_balance=True)
     assert result["placed_as_balance"] is True
     ftf = next(r for r in result["runs"] if r["policy"] == "ftf")
     expected = run(alike, "ftf")
-    experiments.job_ratios(expected, run(alike, "balance"))
+    held_out_mixes.job_ratios(expected, run(alike, "balance"))
     assert ftf["worst_x_balance"] == expected["worst_job_ratio"]
     with pytest.raises(InputError, match="must include it"):
-        experiments.random_mixes(paper_profile, paper_model, seeds=[1], policies=("ftf",))
+        held_out_mixes.random_mixes(paper_profile, paper_model, seeds=[1], policies=("ftf",))
 
 
 @pytest.mark.held_out_plumbing
