@@ -27,6 +27,7 @@ from adloader.scheduling import loops
 from adloader.scheduling.gpushare import gpu_ceilings
 
 EPS = 1e-9
+SHARED_MOST = 32  # past this many jobs in the shadow, the ceilings as given (see ``_run``)
 
 
 @dataclass
@@ -64,15 +65,21 @@ class ShadowBalance:
 
     def _run(self, until: float, commit: bool) -> dict[str, float]:
         """Balance from ``self.t`` to ``until`` (inf: to the end); the ends it reaches. Where
-        the shadow shares GPUs itself, piece by piece: its ceilings change at each end."""
+        the shadow shares GPUs itself, piece by piece: its ceilings change at each end. Each
+        piece shares the GPUs anew (the planner's rule, per job: cubic in the jobs sharing
+        a GPU), so past ``SHARED_MOST`` jobs the ceilings are taken as given, in one run: a
+        burst of short jobs (``adloader bench soak``: hundreds at once in the shadow) made
+        the daemon's control loop spend 81 % of its time here."""
         names = [k for k, s in self.jobs.items() if s.end is None]
         if not names or self.t is None:
             return {}
         t, ends = float(self.t), {}
         left = np.array([self.jobs[k].left for k in names], dtype=np.float64)
-        piecewise = any(self.jobs[k].solo is not None and self.jobs[k].gpus for k in names)
+        piecewise = len(names) <= SHARED_MOST and any(
+            self.jobs[k].solo is not None and self.jobs[k].gpus for k in names)
         while names and t < until:
-            cap = self._caps(names)
+            cap = self._caps(names) if piecewise else \
+                np.array([self.jobs[k].cap for k in names], dtype=np.float64)
             end, rest = loops.balance_run(cap, left, self.table, self.capacity, t, float(until))
             done = end[np.isfinite(end)]
             if not piecewise or done.size == 0:

@@ -15,7 +15,7 @@ from adloader.scheduling.ftf import WORTH, balance_ends, forward, ftf, worth_pla
 from adloader.scheduling.policies import get_policy
 from adloader.scheduling.policy import Decision
 from adloader.scheduling.priority_plan import priority_plan
-from adloader.scheduling.shadow_balance import ShadowBalance
+from adloader.scheduling.shadow_balance import SHARED_MOST, ShadowBalance
 from adloader.sim.experiments import job_ratios
 from adloader.sim.held_out_mixes import random_mixes
 from adloader.sim.simulator import SimConfig, simulate
@@ -250,6 +250,12 @@ def test_shadow_balance_shares_the_gpus_as_balance_does():
     apart = ShadowBalance(2, table)  # on GPUs of their own nothing is shared
     apart.observe(0.0, [("a", 100.0, 1_000.0, 100.0, (0,)), ("b", 100.0, 3_000.0, 100.0, (1,))])
     assert apart.ends() == pytest.approx({"a": 10.0, "b": 30.0})
+    many = [(f"j{i}", 50.0, 1_000.0 * (i + 1), 100.0, (i % 2,))
+            for i in range(SHARED_MOST + 1)]  # a burst: the ceilings as given, one run
+    crowd, given = ShadowBalance(64, linear(64, 1_000.0)), ShadowBalance(64, linear(64, 1_000.0))
+    crowd.observe(0.0, many)
+    given.observe(0.0, [k[:3] for k in many])
+    assert crowd.ends() == pytest.approx(given.ends())
 
 
 def test_static_mix_gains_with_no_tenant_slower(paper_profile, paper_model):
