@@ -238,9 +238,9 @@ def test_a_floor_slot_that_is_not_a_positive_duration_is_refused_naming_it(value
 
 
 def test_the_one_baseline_gives_every_job_one_worker_and_counts_as_fixed():
-    from adloader.bench import live, nodaemon
+    from adloader.bench import live_rounds, nodaemon
     from adloader.sim.trace import load_trace
 
     trace = load_trace("paper-static")
     assert set(nodaemon.baseline_workers(trace, "one", 6, 2).values()) == {1}
-    assert "no daemon: one" in live.FIXED  # the best fixed setting is chosen among these
+    assert "no daemon: one" in live_rounds.FIXED  # the best fixed setting is chosen among these
