@@ -169,7 +169,8 @@ class CpuShares:
     def set_workers(self, workers: Mapping[str, int], rule: str = "workers",
                     order: Sequence[str] = ()) -> dict[str, int]:
         """Weights following each job's workers by ``rule`` (``order``: the jobs' order of
-        priority, for the rule ``order``); returns what was written."""
+        priority, for the rule ``order``); returns each job's weight (a step kept for two
+        jobs is written the sum of theirs)."""
         out = weights({k: v for k, v in workers.items() if self.group(k).is_dir()},
                       self.default, self._bounds, rule, order)
         for job, w in out.items():
@@ -177,7 +178,7 @@ class CpuShares:
                 _write(self.group(job) / self.knob, str(w))
         self._kept_weight.update({k: w for k, w in out.items() if k in self.kept})
         for path in {self.kept[k] for k in out if k in self.kept}:
-            self._weigh_kept(path)
+            _write(path / self.knob, str(self._kept_total(path)))  # present: is_dir above
         for parent in {p.parent for p in self.kept.values()}:
             self._weigh_parent(parent)
         return out
@@ -190,13 +191,11 @@ class CpuShares:
         lo, hi = self._bounds
         return min(hi, max(lo, total or self.default))
 
-    def _weigh_kept(self, path: Path) -> None:
-        """A kept group: the sum of its jobs' weights (two jobs of one Slurm step share it),
-        the default where none is left."""
-        total = sum(self._kept_weight.get(k, self.default)
-                    for k, p in self.kept.items() if p == path)
-        with contextlib.suppress(OSError):  # ended: Slurm removed it
-            _write(path / self.knob, str(self._sum(total)))
+    def _kept_total(self, path: Path) -> int:
+        """A kept group's weight: the sum of its jobs' (two jobs of one Slurm step share
+        it), the default where none is left."""
+        return self._sum(sum(self._kept_weight.get(k, self.default)
+                             for k, p in self.kept.items() if p == path))
 
     def _weigh_parent(self, parent: Path) -> None:
         """A kept group's parent (the Slurm job): the sum of the weights of the kept groups
@@ -227,7 +226,8 @@ class CpuShares:
         if job in self.kept:
             path = self.kept.pop(job)
             self._kept_weight.pop(job, None)
-            self._weigh_kept(path)  # the default, or what the step's other jobs hold
+            with contextlib.suppress(OSError):  # gone with its step
+                _write(path / self.knob, str(self._kept_total(path)))  # what is left there
             self._weigh_parent(path.parent)
             return
         for d in self._dirs(job):
