@@ -98,13 +98,15 @@ def solo_rates(jobs: Sequence[PlanJob], model: ThroughputModel) -> dict[str, flo
 
 def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
             model: ThroughputModel, table: np.ndarray,
-            workers: Mapping[str, int] | None = None) -> list[JobDemand]:
+            workers: Mapping[str, int] | None = None,
+            solo: Mapping[str, float] | None = None) -> list[JobDemand]:
     """c_i · B·F_μ of each job, cut to its predicted fair share of the GPUs it shares.
 
     Each partner is taken to load as fast as any job could — or, given ``workers`` (a
-    plan), as fast as its workers there let it: a starved partner leaves the GPU free."""
+    plan), as fast as its workers there let it: a starved partner leaves the GPU free.
+    ``solo``: the jobs' ``solo_rates`` where the caller has them (one plan predicts once)."""
     capacity = table.shape[0] - 1
-    mu = solo_rates(jobs, model)
+    mu = solo_rates(jobs, model) if solo is None else solo
     loads = None
     if workers is not None:
         node = min(sum(workers.values()), capacity)
@@ -173,14 +175,15 @@ def plan(
     active = running + new
     if not active:
         return out
-    wanted = demands(active, out.gpu_ids, model, table)
+    solo = solo_rates(active, model)
+    wanted = demands(active, out.gpu_ids, model, table, solo=solo)
     if realloc:
         order = _order(active, wanted, float(table[capacity, capacity]))
         active, wanted = [active[i] for i in order], [wanted[i] for i in order]
-        placement, solo = out.gpu_ids, solo_rates(active, model)
+        placement = out.gpu_ids
         workers, wanted = policy.decide(Decision(
             wanted, capacity, table, [j.length_known for j in active],
-            lambda alloc: demands(active, placement, model, table, alloc), now, window,
+            lambda alloc: demands(active, placement, model, table, alloc, solo), now, window,
             [j.started for j in active], [solo[j.name] for j in active],
             [placement[j.name] for j in active]))
         workers = _keep(active, wanted, workers, capacity, table, keep_threshold)

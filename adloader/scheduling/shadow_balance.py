@@ -49,11 +49,12 @@ class ShadowBalance:
         self.t: float | None = None
         self.jobs: dict[str, _Shadow] = {}
 
-    def _caps(self, names: list[str]) -> np.ndarray:
-        """B·μ of each job the shadow runs, its GPUs shared as balance's run shares them."""
+    def _caps(self, names: list[str], share: bool) -> np.ndarray:
+        """B·μ of each job the shadow runs: as given, or (``share``) its GPUs shared as
+        balance's run shares them where its solo rate and GPUs are known."""
         cap = {k: self.jobs[k].cap for k in names}
         shared = [k for k in names if self.jobs[k].solo is not None and self.jobs[k].gpus]
-        if shared:
+        if share and shared:
             m, row = len(names), self.table[self.capacity]
             base, more = (self.capacity // m, self.capacity % m) if self.capacity >= m \
                 else (0, self.capacity)
@@ -78,8 +79,7 @@ class ShadowBalance:
         piecewise = len(names) <= SHARED_MOST and any(
             self.jobs[k].solo is not None and self.jobs[k].gpus for k in names)
         while names and t < until:
-            cap = self._caps(names) if piecewise else \
-                np.array([self.jobs[k].cap for k in names], dtype=np.float64)
+            cap = self._caps(names, piecewise)
             end, rest = loops.balance_run(cap, left, self.table, self.capacity, t, float(until))
             done = end[np.isfinite(end)]
             if not piecewise or done.size == 0:
