@@ -200,6 +200,8 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             self._guarded("exit", lambda j=job_id, s=status: self._apply(self._exited(j, s)))
         for job_id, pid in self.launcher.new_job_pids():
             self._guarded("job pid", self._job_started, job_id, pid)
+        # memory lets an ended job go at once (a burst of endings is not held for a check)
+        self._guarded("retirement", self.retention.retire, self.dirty, self.orphans)
         if check_store:
             self._guarded("store check", self._check_store)
             if time.monotonic() >= self._next_cpu_read:
@@ -207,7 +209,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
                 self._guarded("cpu", self._measure_cpu)
             if not self.config.capacity:  # automatic: follow the cgroup (in-place pod resize)
                 self._guarded("capacity", self._follow_capacity)
-            self._guarded("retention", self.retention.run, self.dirty, self.orphans)
+            self._guarded("retention", self.retention.prune)
         if self.dirty:
             self._resync()
         if self.store.recovered:

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     token_digest TEXT NOT NULL, workers INTEGER, pid INTEGER, exit_code INTEGER,
     submitted_at REAL NOT NULL, started_at REAL, finished_at REAL, log_path TEXT,
     origin TEXT NOT NULL, supervisor TEXT, reason TEXT, iteration INTEGER, uid INTEGER);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_state_id ON jobs (state, id);
+DROP INDEX IF EXISTS jobs_state;
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, job TEXT, kind TEXT NOT NULL,

@@ -14,6 +14,7 @@ import threading
 from adloader.config import DaemonConfig, listen_address, validate
 from adloader.daemon.settings import ensure_token, is_loopback, load_config
 from adloader.errors import DaemonBusy, InputError
+from adloader.host import heap
 
 from . import _options
 
@@ -119,6 +120,7 @@ def _daemon(args) -> int:
         node = Node(config)
         listener = None
         try:
+            heap.fix_mmap_threshold()  # a big page's body mapped and unmapped, for good
             node.start()
             port = rest.getsockname()[1]
             gpus = f"{node.gpus} GPUs" + (" (none found: emulated)" if node.gpus_emulated

@@ -20,8 +20,8 @@ Measured here (2-core shared machine, 2026-11-27, three runs): 34.3, 33.9 and 23
 finished job, 36–51 KB in all over the 1,500 (the first refit turn kept the prior; no fit
 in between): bounded structures reaching their high-water mark (dict tables, the long-lived
 jobs' latest messages), not growth with jobs. The budget, BUDGET_BYTES, is 15 times the
-largest. A daemon that does not retire its ended jobs from memory (``Retirement.run``
-pruning only) held 4,469 and 4,548 bytes a job (two runs): 8.7–8.9 times the budget; the
+largest. A daemon that does not retire its ended jobs from memory (``Retirement.retire``
+not called) held 4,469 and 4,548 bytes a job (two runs): 8.7–8.9 times the budget; the
 regression this guards against held ~25 KB a job (5,000 jobs: RSS 69 → 194 MB). A smaller
 leak goes under it: the ids of pruned jobs kept in the scheduler's ``ended`` map came to
 119–148 bytes a job.

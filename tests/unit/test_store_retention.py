@@ -258,3 +258,29 @@ def test_an_events_page_written_by_sqlite_reads_as_the_events_stored(tmp_path):
     assert events == [{"id": 1, "t": t, "job": odd, "kind": 'kind "q"', "data": data},
                       {"id": 2, "t": 0.1, "job": None, "kind": "plan", "data": {}}]
     assert events[0]["t"] == t and repr(events[0]["t"]) == repr(t)
+
+
+def test_a_page_comes_from_sqlite_as_one_row(tmp_path, monkeypatch):
+    """A page of jobs or events is one row from SQLite (it joins the page itself): Python's
+    sqlite3 lets the GIL go around every step of a statement, and beside a busy thread each
+    step waited up to 5 ms to take it back (docs/benchmarks.md, "A page read in one step").
+    The pages read row by row before: 501 and 1,000 rows here."""
+    with Store(tmp_path / "s.db") as store:
+        live = store.add_job(SPEC, "tok", state="running")  # held: its record, not a view
+        ids = _ended(store, 600, 0.0)
+        read, rows = store._read, []
+
+        def counted(sql, params=()):
+            rows.append(len(got := read(sql, params)))
+            return got
+
+        monkeypatch.setattr(store, "_read", counted)
+        page, cursor = store.job_page(JobQuery(limit=500))
+        body, after = store.event_page(EventQuery(limit=1000))
+    assert rows == [1, 1]
+    assert [i for i, _, _ in page] == [live, *ids[:499]] and cursor is not None
+    assert page[0][1] is not None and page[0][2] is None  # the held job, from memory
+    assert json.loads(page[1][2])["id"] == ids[0]
+    events = json.loads(body)
+    assert [e["id"] for e in events] == list(range(1, 1001))
+    assert decode_cursor(EVENT_CURSOR, after) == 1000

@@ -1,0 +1,47 @@
+"""The C heap of a long-running process (glibc's malloc): what a burst of work freed is given
+back to the system instead of staying resident.
+
+Python's objects over 512 bytes, SQLite's pages and the rows a page of history is built
+from come from malloc. glibc keeps what is freed for reuse: the top of a heap is given back
+only past a threshold that rises with the largest block freed (its mmap threshold is raised
+to each mmapped block freed, up to 32 MiB), and free chunks below a live one are kept at all
+sizes. A daemon that serves a 5,000-job page or prunes a backlog meets both: under `adloader
+bench soak --jobs 20000` glibc held ~10 MB free (``mallinfo2``) after the last pages, which
+``malloc_trim`` gave back in ~1 ms (docs/benchmarks.md, "What the soak's last 20 MB were").
+Elsewhere than glibc (musl, macOS) both calls do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+M_MMAP_THRESHOLD = -3  # mallopt's parameter (malloc.h)
+MMAP_THRESHOLD = 128 * 1024  # glibc's default, kept: a block this big is mapped and unmapped
+
+
+@functools.cache
+def _libc():
+    """glibc's ``malloc_trim`` and ``mallopt``, or None where the C library has none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
+    """Blocks of ``nbytes`` or more are mapped, and unmapped when freed, for good (setting it
+    stops glibc raising it as big blocks are freed); whether it was set."""
+    libc = _libc()
+    return bool(libc is not None and libc.mallopt(M_MMAP_THRESHOLD, nbytes))
+
+
+def trim() -> bool:
+    """Give the free memory of every heap back to the system (``malloc_trim(0)``); whether
+    any was."""
+    libc = _libc()
+    return bool(libc is not None and libc.malloc_trim(0))
