@@ -8,7 +8,7 @@ from rich.table import Table
 
 # the console, tables, result files and plots: one implementation, shared with the simulated
 # benchmarks' reports (which ``adloader demo`` prints too)
-from adloader.sim.report import console, plot, save, table
+from adloader.sim.output import console, plot, save, table
 
 __all__ = ["console", "describe", "listing", "plot", "result_line", "result_table", "save",
            "score_table", "table"]

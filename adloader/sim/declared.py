@@ -141,7 +141,7 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
                        floor_slot: float | None = None) -> int:
     """``adloader bench declared``: every member of the space, one honest table."""
     from adloader.scheduling.policies import DEFAULT_POLICY
-    from adloader.sim import report, synth
+    from adloader.sim import output, report, synth
     from adloader.sim import truth as truths
 
     unknown = set(names or ()) - {m.name for m in MEMBERS}
@@ -151,7 +151,7 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
         raise InputError(f"--mixes: no declared mix {', '.join(sorted(unknown))} (the space: "
                          f"{', '.join(m.name for m in MEMBERS)})")
     paper, model, config = report.setup(profile_name, None, seed, None, 30.0, None, 0.0, truth)
-    out = report.console()
+    out = output.console()
     facts = report.intro(out, paper, config, model)
 
     def model_for(profile: DeviceProfile):
@@ -160,7 +160,7 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
         return synth.fitted_model(profile, seed, truths.load_truth(truth, profile))
 
     rows = run_space(paper, model_for, config, DEFAULT_POLICY, names, floor_slot)
-    out.print(report.table(
+    out.print(output.table(
         f"the declared space (adloader.sim.declared), truth {truth}, CPU shared as the kernel "
         f"shares it: {DEFAULT_POLICY} under the daemon (the node's cores) against the best "
         "fixed num_workers (per figure, the least of requested, even, cores, one) and each job's "
@@ -181,5 +181,5 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
     for member in MEMBERS:
         if not names or member.name in names:
             out.print(f"  {member.name}: {member.what}")
-    report.save(json_path, {"truth": facts, "rows": rows})
+    output.save(json_path, {"truth": facts, "rows": rows})
     return 0

@@ -2,53 +2,21 @@
 ratios against a baseline of the same run as tables (rich), saving the numbers as JSON and the
 timelines as a PNG when asked. ``adloader bench static|dynamic|allocation|mixes`` call these,
 ``adloader demo`` calls ``static_benchmark``, and ``bench live`` prints its schedule limits
-with ``limits_text`` and ``frontier_table``. The console, table, save and plot helpers here are
-also the command line's (``adloader.cli._output`` re-exports them)."""
+with ``limits_text`` and ``frontier_table``. The console, table, save and plot helpers are
+``adloader.sim.output``'s, the command line's too."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from adloader.errors import InputError
-from adloader.host.atomic import write_json
+from adloader.sim.output import console, plot, save, table
 
 MIXES_JOBS = 8  # jobs per held-out mix: Table III's count, `adloader workload generate`'s
 ALLOCATION_JOBS = 1000  # jobs of `bench allocation`
-
-
-# -- output -------------------------------------------------------------------------------
-def console() -> Console:
-    """A console wide enough for our tables also when stdout is a file or a pipe."""
-    return Console() if sys.stdout.isatty() else Console(width=140)
-
-
-def table(title: str, columns: list[str], rows: list[list], *, left: int = 1) -> Table:
-    """A table whose first ``left`` columns are left-aligned and the rest right-aligned."""
-    out = Table(title=title)
-    for i, col in enumerate(columns):
-        out.add_column(col, justify="left" if i < left else "right")
-    for row in rows:
-        out.add_row(*[str(x) for x in row])
-    return out
-
-
-def save(path: str | Path | None, data) -> None:
-    """Write a result as JSON (atomically) when a path is given (``--json PATH``)."""
-    if path:
-        write_json(path, data)
-
-
-def plot(path: str | Path | None, results: list[dict], title: str | None = None) -> None:
-    """Draw timelines when a path is given (``--plot PATH``; matplotlib only then)."""
-    if path:
-        from adloader.sim.plot import plot_timelines
-
-        plot_timelines(results, path, **({"title": title} if title else {}))
-        console().print(f"wrote {path}")
 
 
 # -- the simulated node -------------------------------------------------------------------
