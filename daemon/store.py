@@ -339,7 +339,8 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         held = self._jobs.get(job_id)
         if held is not None:
             return held
-        rows = self._query(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        # on the reader: a REST read of the history does not wait for a write (a prune)
+        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         return record_of(rows[0], trusted=True) if rows else None
 
     def held(self, job_id: str) -> bool:
@@ -363,7 +364,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
 
     def state_counts(self) -> dict[str, int]:
         """How many stored jobs are in each state."""
-        return dict(self._query("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+        return dict(self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
 
     # -- events ------------------------------------------------------------------------
     def add_event(self, job: str | None, kind: str, data: dict | None = None,

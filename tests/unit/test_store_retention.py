@@ -188,9 +188,10 @@ def test_a_page_of_history_shows_what_a_view_of_the_record_shows(tmp_path):
 
 
 def test_a_page_is_read_while_a_write_holds_the_store(tmp_path):
-    """Pages are read on a connection of their own: a write transaction open in another
-    thread (it holds the store's lock) does not hold the page back, and what it has not
-    committed is not on the page."""
+    """Pages, a job of the history and the counts by state (``/metrics``) are read on a
+    connection of their own: a write transaction open in another thread (it holds the
+    store's lock) does not hold them back, and what it has not committed is not in them
+    (the job and the counts waited for the lock before 2026-11-29)."""
     with Store(tmp_path / "s.db") as store:
         ids = _ended(store, 3, 0.0)
         writing, release, read = threading.Event(), threading.Event(), threading.Event()
@@ -204,6 +205,8 @@ def test_a_page_is_read_while_a_write_holds_the_store(tmp_path):
 
         def page() -> None:
             pages.append(store.job_page(JobQuery())[0])
+            pages.append(store.get_job(ids[0]))
+            pages.append(store.state_counts())
             read.set()
 
         writer = threading.Thread(target=write)
@@ -217,6 +220,7 @@ def test_a_page_is_read_while_a_write_holds_the_store(tmp_path):
             writer.join(10)
         assert [i for i, _, _ in pages[0]] == ids
         assert json.loads(pages[0][0][2])["name"] == "r18"  # not the uncommitted name
+        assert pages[1].name == "r18" and pages[2] == {"finished": 3}
         assert store.get_job(ids[0]).name == "renamed"
 
 
