@@ -38,7 +38,6 @@ from adloader.protocol import (
     Finish,
     JobFeatures,
     Pause,
-    Paused,
     Register,
     Resize,
     Resume,
@@ -46,12 +45,11 @@ from adloader.protocol import (
 )
 
 from .channel import Channel
-from .checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
 from .launcher_name import job_name
 from .master_channel import ChannelCallbacks
+from .master_pause import PauseMixin
 from .node_ranks import NodeGroup, _dist, _rank_world, part_id, topology
 
-PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
 CANCEL_EXIT_CODE = 128 + signal.SIGTERM
 _LAUNCHER_STOP = object()  # queued by stop_requested; made a Stop newer than what it meets
 
@@ -72,7 +70,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class JobMaster(ChannelCallbacks):
+class JobMaster(ChannelCallbacks, PauseMixin):
     """One job's application master; built by ``attach``."""
 
     def __init__(
@@ -330,60 +328,6 @@ class JobMaster(ChannelCallbacks):
         loads = [0.0] * self.world_size
         _dist().all_gather_object(loads, max(load, 0.0))
         return int(split_workers(total, loads)[self.rank])
-
-    def _pause(self, command: Pause) -> None:
-        """Release the workers, checkpoint if asked, say Paused; wait for Resume if new."""
-        waiting = self._paused  # already paused: only answer again
-        if not waiting:
-            if self.loader is not None:
-                self.loader.release()
-            self._paused = True
-            self._workers = 0
-        path = self._checkpoint(command.seq) if command.checkpoint else None
-        self._exchange([])  # every rank has released (and rank 0 saved) before Paused
-        self._applied_seq = command.seq
-        if self.channel is not None:
-            self.channel.post(Paused(job=self.job, token=self._token, seq=command.seq,
-                                     checkpoint=str(path) if path else None))
-        while not waiting and self._paused and not self._finished:
-            for later in self._exchange(self._take(PAUSE_POLL_S) if self.local_rank == 0
-                                        else []):
-                self._apply(later)
-
-    def _checkpoint(self, seq: int) -> Path | None:
-        """Rank 0 saves {state, loader, adloader} to CHECKPOINT_DIR/JOB.pt; None if it cannot."""
-        if self.rank != 0:
-            return None
-        payload = {
-            "adloader": {"job": self.job, "seq": seq, "iteration": self._iteration,
-                         "workers": self._target},
-            "state": self._state() if self._state is not None else None,
-            "loader": self.loader.state_dict() if hasattr(self.loader, "state_dict") else None,
-        }
-        directory = self.checkpoint_dir or Path.cwd() / "checkpoints"
-        try:
-            return save_checkpoint(checkpoint_path(directory, self.job), payload)
-        except Exception as exc:  # a full disk must not kill the training job
-            self._log(f"adloader: job {self.job!r}: checkpoint to {directory} failed: {exc}")
-            return None
-
-    def resume_from(self, path: str | os.PathLike | None = None, *,
-                    weights_only: bool = True) -> dict | None:
-        """Load a Pause checkpoint after a relaunch (``path`` or ADLOADER_RESUME).
-
-        Restores the loader's state and the iteration count; returns the user's state
-        (what ``state()`` gave) for the script to load into its model and optimizer,
-        or None when there is nothing to resume from.
-        """
-        path = path or os.environ.get(names.RESUME) or None
-        if path is None:
-            return None
-        payload = load_checkpoint(path, weights_only=weights_only)
-        if payload.get("loader") is not None and hasattr(self.loader, "load_state_dict"):
-            self.loader.load_state_dict(payload["loader"])
-        with self._lock:
-            self._iteration = int(payload["adloader"].get("iteration", 0))
-        return payload.get("state")
 
     # -- the end --------------------------------------------------------------------------
     def finish(self, exit_code: int = 0) -> None:
