@@ -113,11 +113,11 @@ class HistoryMixin:
         order (``numeric``: ids are numbers), read as one row: SQLite joins them
         (``group_concat``) in one step of the statement. Python's sqlite3 lets the GIL go
         around every step and takes it back only once the thread holding it lets it go (up
-        to ``sys.getswitchinterval()``, 5 ms): a page of 500 rows read row by row beside a
-        busy control loop waited up to 500 times (2.4 s beside a Python thread that never
-        waits; 14 ms joined; docs/benchmarks.md, "A page read in one step"). A view is
-        JSON, whose strings escape the separator; an id matches ``limits.JOB_ID_PATTERN``
-        or is a number."""
+        to ``sys.getswitchinterval()``: 1 ms in the daemon, Python's default 5 ms): a page of
+        500 rows read row by row beside a busy control loop waited up to 500 times (2.4 s at
+        5 ms beside a Python thread that never waits; 14 ms joined; docs/benchmarks.md, "A
+        page read in one step"). A view is JSON, whose strings escape the separator; an id
+        matches ``limits.JOB_ID_PATTERN`` or is a number."""
         ((ids, views),) = self._read(
             "SELECT group_concat(id, char(30)), group_concat(coalesce(v, 'null'), char(30)) "
             f"FROM (SELECT id, {view} AS v FROM {source} ORDER BY id LIMIT ?)", params)

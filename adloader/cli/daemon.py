@@ -25,30 +25,6 @@ from . import _options
 # 50 ms 3-5 -> 1-3 of 13; the burst the daemon takes did not move (docs/benchmarks.md).
 GIL_SWITCH_S = 0.001
 
-# glibc gives a thread that allocates while another holds an arena an arena of its own, up to
-# 8 per core, and memory freed in one is kept there for its thread: a daemon whose request
-# threads build pages side by side grows by their high-water marks added up. 2, as
-# MALLOC_ARENA_MAX=2 would (an operator's own setting of it is left alone). Under `adloader
-# bench soak --jobs 20000` the daemon's RSS grew 16.9-19.0 MB with it, 18.2-28.0 without
-# (3 and 4 runs, 2026-11-28; docs/benchmarks.md).
-MALLOC_ARENAS = 2
-_M_ARENA_MAX = -8  # malloc.h
-
-
-def _cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """Cap glibc's malloc arenas, before the daemon starts its threads; False where the C
-    library has no ``mallopt`` (musl, macOS) or the operator set MALLOC_ARENA_MAX."""
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_ARENA_MAX, arenas))
-
-
 def _freeze_startup_objects() -> int:
     """Move every object alive once the daemon serves (its modules, the app, the node) out of
     the interpreter's collections for good; how many. A full (generation-2) collection walks
@@ -91,7 +67,8 @@ def _daemon(args) -> int:
         return _stop(args)
     if args.detach:
         return _detach(args)
-    _cap_malloc_arenas()  # before any thread: the control loop's, ZeroMQ's, the requests'
+    heap.cap_arenas()  # glibc's knobs before any thread: the control loop's, ZeroMQ's,
+    heap.fix_mmap_threshold()  # the requests'
     import uvicorn
 
     from adloader.daemon import logs, metrics_listener
@@ -120,7 +97,6 @@ def _daemon(args) -> int:
         node = Node(config)
         listener = None
         try:
-            heap.fix_mmap_threshold()  # a big page's body mapped and unmapped, for good
             node.start()
             port = rest.getsockname()[1]
             gpus = f"{node.gpus} GPUs" + (" (none found: emulated)" if node.gpus_emulated

@@ -267,8 +267,9 @@ def test_an_events_page_written_by_sqlite_reads_as_the_events_stored(tmp_path):
 def test_a_page_comes_from_sqlite_as_one_row(tmp_path, monkeypatch):
     """A page of jobs or events is one row from SQLite (it joins the page itself): Python's
     sqlite3 lets the GIL go around every step of a statement, and beside a busy thread each
-    step waited up to 5 ms to take it back (docs/benchmarks.md, "A page read in one step").
-    The pages read row by row before: 501 and 1,000 rows here."""
+    step waited up to the switch interval (1 ms in the daemon) to take it back
+    (docs/benchmarks.md, "A page read in one step"). The pages read row by row before: 501
+    and 1,000 rows here."""
     with Store(tmp_path / "s.db") as store:
         live = store.add_job(SPEC, "tok", state="running")  # held: its record, not a view
         ids = _ended(store, 600, 0.0)
