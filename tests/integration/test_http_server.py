@@ -27,9 +27,11 @@ def _run(server) -> tuple[threading.Thread, str]:
     """``server`` serving a socket of its own, in a thread; its URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    # read before the thread starts: a server told to stop first closes it at once
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    return thread, f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    return thread, url
 
 
 def _serving(server) -> tuple[threading.Thread, str, list[float]]:
