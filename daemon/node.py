@@ -170,6 +170,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
                     self._housekeeping(now >= next_check)
                 if now >= next_check:
                     next_check = now + STORE_CHECK_S
+                    self._guarded("retention", self.retention.prune, self.lock)
             with self.lock:
                 sends = list(self.outbox)
                 self.outbox.clear()
@@ -209,7 +210,6 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
                 self._guarded("cpu", self._measure_cpu)
             if not self.config.capacity:  # automatic: follow the cgroup (in-place pod resize)
                 self._guarded("capacity", self._follow_capacity)
-            self._guarded("retention", self.retention.prune)
         if self.dirty:
             self._resync()
         if self.store.recovered:

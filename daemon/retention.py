@@ -115,18 +115,25 @@ class Retirement:
             self.views.pop(job_id, None)
             self.online.forget(job_id)
 
-    def prune(self) -> Pruned:
+    def prune(self, lock) -> Pruned:
+        """Prune the store under its own lock alone (a batch of 1,000 jobs took 60-125 ms
+        under ``adloader bench soak``: under the node's ``lock`` too, every request that takes
+        it waited as long); then, under ``lock``, what memory still names of the pruned
+        jobs; their files last, under neither."""
         pruned = self.store.prune(self.retention)
-        for job_id, log_path in pruned.jobs:
-            self.scheduler.ended.pop(job_id, None)
-            self.views.pop(job_id, None)
-            self._remove_files(job_id, log_path)
-        self.pruned_jobs += len(pruned.jobs)
-        self.pruned_events += pruned.events
         if pruned.jobs or pruned.events:
-            log.info("pruned %d ended jobs and %d events", len(pruned.jobs), pruned.events)
-            self.record_event(None, "pruned", {"jobs": len(pruned.jobs),
-                                               "events": pruned.events})
+            with lock:
+                for job_id, _ in pruned.jobs:
+                    self.scheduler.ended.pop(job_id, None)
+                    self.views.pop(job_id, None)
+                self.pruned_jobs += len(pruned.jobs)
+                self.pruned_events += pruned.events
+                log.info("pruned %d ended jobs and %d events", len(pruned.jobs),
+                         pruned.events)
+                self.record_event(None, "pruned", {"jobs": len(pruned.jobs),
+                                                   "events": pruned.events})
+            for job_id, log_path in pruned.jobs:
+                self._remove_files(job_id, log_path)
             heap.trim()  # what the deletes' pages and rows took, back to the system
         return pruned
 

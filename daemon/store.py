@@ -35,6 +35,7 @@ from .job_record import JOB_COLUMNS, JobRecord, record_of
 from .live import TERMINAL
 from .retention import RetentionMixin
 from .store_fault import CAUSES, StoreFault, diagnose
+from .store_readers import Readers
 from .store_tpm import TpmStoreMixin, valid_sample  # noqa: F401  (valid_sample: its users')
 
 FINAL_STATES = ("finished", "failed", "lost", "cancelled")
@@ -77,8 +78,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
     def __init__(self, path: str | Path, digest: Callable[[str], str] | None = None):
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._read_lock = threading.Lock()  # the reader's (``_read``)
-        self._reader: sqlite3.Connection | None = None
+        self._readers: Readers | None = None  # read-only connections (``_read``)
         self._digest = digest
         self.fault: StoreFault | None = None  # failing writes since, and why
         self.recovered: list[StoreFault] = []  # faults that ended: the daemon records them
@@ -138,24 +138,12 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         self._open_reader()
 
     def _open_reader(self) -> None:
-        """A second, read-only connection for pages of history (``_read``): in WAL mode it
-        reads the last commit without waiting for the lock a write holds (under a burst of
-        jobs a page's query waited up to 70 ms for it). None where it cannot be opened."""
-        with self._read_lock:
-            self._close_reader()
-            try:
-                self._reader = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro",
-                                               uri=True, check_same_thread=False,
-                                               isolation_level=None, timeout=10.0)
-                self._reader.execute("PRAGMA cache_size=-256")  # KiB: the OS caches the file
-            except sqlite3.Error:
-                self._reader = None
-
-    def _close_reader(self) -> None:
-        """Close the reader (under ``_read_lock``), if one is open."""
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        """Readers for pages of history (``_read``, ``daemon.store_readers``): in WAL mode
+        they read the last commit without waiting for the lock a write holds (under a burst
+        of jobs a page's query waited up to 70 ms for it), side by side."""
+        old, self._readers = self._readers, Readers(self.path)
+        if old is not None:
+            old.close()
 
     def _migrate(self, version: int) -> None:
         """From schema ``version`` to this one, after a whole backup beside the file
@@ -233,10 +221,19 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
         """``_query`` on the reader, where one is open and the read succeeds there (a read
         that fails is made again as ``_query``, which says why)."""
-        with self._read_lock:
-            if self._reader is not None:
-                with suppress(sqlite3.Error):
-                    return self._reader.execute(sql, tuple(params)).fetchall()
+        readers = self._readers
+        conn = readers.take() if readers is not None else None
+        if conn is not None:
+            failed = True
+            try:
+                rows = conn.execute(sql, tuple(params)).fetchall()
+                failed = False
+            except sqlite3.Error:
+                pass  # made again on the writer, which says why
+            finally:
+                readers.give_back(conn, failed=failed)
+            if not failed:
+                return rows
         return self._query(sql, params)
 
     def probe(self) -> None:
@@ -247,8 +244,8 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
 
     def close(self) -> None:
         """Checkpoint the WAL into the file and close."""
-        with self._read_lock:
-            self._close_reader()
+        if self._readers is not None:
+            self._readers.close()
         with self._lock:
             with suppress(sqlite3.Error):
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

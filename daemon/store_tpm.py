@@ -29,7 +29,10 @@ def valid_sample(sample: TrainingSample | LoadingSample) -> bool:
 
 
 class TpmStoreMixin:
-    """Samples and fitted models; the Store provides ``_transaction`` and ``_query``."""
+    """Samples and fitted models; the Store provides ``_transaction``, ``_query`` and
+    ``_lock``."""
+
+    _sample_counts: dict[str, int] | None = None  # by kind, once counted (``sample_counts``)
 
     # -- samples -----------------------------------------------------------------------
     def add_sample(self, job: str | None, sample: TrainingSample | LoadingSample,
@@ -48,24 +51,27 @@ class TpmStoreMixin:
         """Store (job, sample) pairs in one transaction; a sample that is not finite and in
         bounds (``valid_sample``) is a ValueError and nothing is stored."""
         t = time.time() if t is None else t
-        ids = []
-        with self._transaction() as db:
-            for job, s in samples:
-                if not isinstance(s, TrainingSample | LoadingSample):
-                    raise TypeError(f"not a sample: {s!r}")
-                if not valid_sample(s):
-                    raise ValueError(f"sample out of bounds: {s!r}")
-                if isinstance(s, TrainingSample):
-                    row = (t, job, "training", s.model, s.batch_size, s.gpus, s.flops_g,
-                           s.params_m, s.step_s, None, None, None)  # fmt: skip
-                else:
-                    row = (t, job, "loading", None, None, None, None, None, None,
-                           s.job_workers, s.node_workers, s.loading_rate)  # fmt: skip
-                cur = db.execute(
-                    "INSERT INTO samples (t, job, kind, model, batch_size, gpus, flops_g, "
-                    "params_m, step_s, job_workers, node_workers, loading_rate) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
-                ids.append(int(cur.lastrowid))
+        ids, kinds = [], []
+        with self._lock:  # counted once committed, before another write or count
+            with self._transaction() as db:
+                for job, s in samples:
+                    if not isinstance(s, TrainingSample | LoadingSample):
+                        raise TypeError(f"not a sample: {s!r}")
+                    if not valid_sample(s):
+                        raise ValueError(f"sample out of bounds: {s!r}")
+                    if isinstance(s, TrainingSample):
+                        row = (t, job, "training", s.model, s.batch_size, s.gpus, s.flops_g,
+                               s.params_m, s.step_s, None, None, None)  # fmt: skip
+                    else:
+                        row = (t, job, "loading", None, None, None, None, None, None,
+                               s.job_workers, s.node_workers, s.loading_rate)  # fmt: skip
+                    cur = db.execute(
+                        "INSERT INTO samples (t, job, kind, model, batch_size, gpus, flops_g, "
+                        "params_m, step_s, job_workers, node_workers, loading_rate) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                    ids.append(int(cur.lastrowid))
+                    kinds.append(row[2])
+            self._counted(kinds)
         return ids
 
     def samples(self, per_job: int | None = None, newest: int | None = None
@@ -101,11 +107,28 @@ class TpmStoreMixin:
                 "OVER (PARTITION BY job, kind ORDER BY id DESC) AS n, ROW_NUMBER() OVER "
                 "(PARTITION BY kind ORDER BY id DESC) AS m FROM samples) WHERE n > ? OR m > ?)",
                 (int(per_job), int(per_kind)))
+            self._sample_counts = None  # counted again when next asked
             return cur.rowcount
 
     def sample_counts(self) -> dict[str, int]:
-        """How many samples of each kind are stored: {"training": n, "loading": m}."""
-        return dict(self._query("SELECT kind, COUNT(*) FROM samples GROUP BY kind"))
+        """How many samples of each kind are stored: {"training": n, "loading": m}. Counted
+        once from the file, then as samples are added (``GET /v1/model`` shows them: a
+        count of every sample under a burst of jobs took up to 58 ms); a prune counts again."""
+        counts = self._sample_counts
+        if counts is None:
+            with self._lock:
+                if self._sample_counts is None:
+                    self._sample_counts = dict(self._query(
+                        "SELECT kind, COUNT(*) FROM samples GROUP BY kind"))
+                counts = self._sample_counts
+        return dict(counts)
+
+    def _counted(self, kinds: list[str]) -> None:
+        """Samples of ``kinds`` committed (under the store's lock)."""
+        counts = self._sample_counts
+        if counts is not None:
+            for kind in kinds:
+                counts[kind] = counts.get(kind, 0) + 1
 
     # -- fitted models -----------------------------------------------------------------
     def save_model(self, model_json: dict, t: float | None = None) -> int:

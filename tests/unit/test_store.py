@@ -363,3 +363,31 @@ def test_fitted_models_are_bounded_newest_kept(tmp_path):
         store.save_model({"v": v})
     assert store.latest_model() == {"v": 3 * MODELS_KEPT - 1}
     assert store._query("SELECT COUNT(*) FROM models")[0][0] == MODELS_KEPT
+
+
+def test_sample_counts_follow_adds_and_prunes_without_reading_every_sample(tmp_path):
+    """``GET /v1/model`` shows the counts: they are counted from the file once, then kept
+    as samples are added from several threads at once, and counted again after a prune."""
+    with Store(tmp_path / "s.db") as store:
+        store.add_samples("a", [LoadingSample(1, 8, 1.0)] * 3)
+        assert store.sample_counts() == {"loading": 3}
+        statements = []
+        store._db.set_trace_callback(statements.append)
+
+        def add(job: str) -> None:
+            for i in range(20):
+                store.add_samples(job, [LoadingSample(1, 8, 2.0), TrainingSample(
+                    batch_size=32, gpus=1, flops_g=3.6, params_m=11.7, step_s=0.1 + i)])
+
+        threads = [threading.Thread(target=add, args=(f"j{n}",)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert store.sample_counts() == {"loading": 83, "training": 80}
+        assert not [s for s in statements if "COUNT" in s.upper()]  # kept, not counted again
+        store._db.set_trace_callback(None)
+        truth = dict(store._query("SELECT kind, COUNT(*) FROM samples GROUP BY kind"))
+        assert store.sample_counts() == truth
+        store.prune_samples(per_job=5, per_kind=1000)
+        assert store.sample_counts() == {"loading": 23, "training": 20}
