@@ -166,7 +166,7 @@ class NodeServiceMixin:
     def model(self) -> dict:
         with self.lock:
             m = self.scheduler.model
-        counts = self.store.sample_counts()  # on a reader: not under either lock
+        counts = self.store.sample_counts()  # kept by the store: not under the node's lock
         st = m.loading.stages
         return {
             "source": self.online.source,

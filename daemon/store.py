@@ -135,9 +135,9 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
             self._db.close()
             raise StorageError(f"{self.path}: cannot read the state database's file: "
                                f"{exc.strerror}") from None
-        self._open_reader()
+        self._open_readers()
 
-    def _open_reader(self) -> None:
+    def _open_readers(self) -> None:
         """Readers for pages of history (``_read``, ``daemon.store_readers``): in WAL mode
         they read the last commit without waiting for the lock a write holds (under a burst
         of jobs a page's query waited up to 70 ms for it), side by side."""
@@ -219,8 +219,9 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
                 raise self._failed(exc) from None
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
-        """``_query`` on the reader, where one is open and the read succeeds there (a read
-        that fails is made again as ``_query``, which says why)."""
+        """``_query`` on a reader of its own (``daemon.store_readers``), where one can be had
+        and the read succeeds there (a read that fails is made again as ``_query``, which
+        says why)."""
         readers = self._readers
         conn = readers.take() if readers is not None else None
         if conn is not None:

@@ -52,9 +52,9 @@ def test_an_unknown_policy_is_refused_before_the_daemon_starts():
 def test_malloc_arenas_are_capped_unless_the_operator_set_them(monkeypatch):
     """glibc's ``mallopt`` takes the cap (this machine's C library is glibc), and an
     operator's own MALLOC_ARENA_MAX is left to glibc, which read it at start."""
-    from adloader.host.heap import cap_arenas as _cap_malloc_arenas
+    from adloader.host.heap import cap_arenas
 
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-    assert _cap_malloc_arenas() is True
+    assert cap_arenas() is True
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
-    assert _cap_malloc_arenas() is False
+    assert cap_arenas() is False
