@@ -42,6 +42,8 @@ class DaemonConfig:
     arrival_settle_s: float = ARRIVAL_SETTLE_S  # an arrival that could start is decided then
     hold_arrivals: bool = False  # every arrival waits the whole window (the paper's buffer)
     completion_window_s: float = 30.0  # completion buffer (paper: 30 s)
+    open_loop: bool = False  # apply each plan at once, unmeasured (ablation; default: the
+    # closed loop, adloader.scheduling.closed_loop: even split first, then measured moves)
     heartbeat_s: float = 1.0  # what masters are told
     lost_after_s: float = 0.0  # no heartbeat for this long: lost (0 = 2 × heartbeat_s + 1)
     cancel_grace_s: float = 10.0  # a cancelled job's time to stop before it is signalled

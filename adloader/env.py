@@ -36,6 +36,8 @@ STEP_PROFILE = "ADLOADER_STEP_PROFILE"  # device profile for emulated GPU steps
 STEP_SCALE = "ADLOADER_STEP_SCALE"
 DATA = "ADLOADER_DATA"
 GPU_LOCK_DIR = "ADLOADER_GPU_LOCK_DIR"  # where emulated GPUs' lock files live
+CORE_FACTOR = "ADLOADER_CORE_FACTOR"  # the emulated GPU node: its cores for each real one
+EMULATED_TRAINER = "ADLOADER_EMULATED_TRAINER"  # its trainer's costs a batch (JSON)
 CGROUP_ROOT = "ADLOADER_CGROUP_ROOT"  # a cgroup tree laid out elsewhere (tests; host/cgroup)
 
 # -- the daemon's pod (Kubernetes' downward API: status.podIP, status.hostIP) -----------

@@ -37,8 +37,12 @@ from adloader.bench import nodaemon, policy_label
 from adloader.bench.live_rounds import FIXED, summarise_rounds
 from adloader.daemon.process import DaemonProcess
 from adloader.errors import InputError
+from adloader.models import features
+from adloader.scheduling.samples import TrainingSample
 from adloader.sim.declared import FAST_GPU_STEPS
 from adloader.sim.device_profile import load_profile, save_profile
+from adloader.sim.gpu_node import GPU_NODE
+from adloader.sim.gpu_node import NAME as GPU_NODE_NAME
 from adloader.sim.trace import Trace, fit_to_gpus, load_trace
 from adloader.workloads.contention import default_grid, measure_contention
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
@@ -57,7 +61,7 @@ class LiveConfig:
     policies: tuple[str, ...] = ("balance", "ftf")
     baselines: tuple[str, ...] = nodaemon.SETTINGS + nodaemon.EXTRA  # no daemon, torch's loader
     trace: str = "paper-static"
-    mix: str = "paper-static"  # or fast-gpus: the declared space's member, steps × 0.25
+    mix: str = "paper-static"  # or fast-gpus (steps × 0.25), or gpu-node (a GPU node's trainer)
     capacity: int = 0  # 0: 3 × cores emulating GPUs, the cores with CUDA
     iterations_scale: float = 0.2
     rounds: int = 5  # each setting this often, alternating; medians and spreads are reported
@@ -71,23 +75,45 @@ class LiveConfig:
     surface_window_s: float = 1.5  # seconds each of its points is timed
 
 
-# the members of the declared space (``adloader.sim.declared``) this bench runs live: the
-# factor on the emulated steps (fast-gpus: GPUs 4× faster, so the loaders bind)
-LIVE_MIXES = {"paper-static": 1.0, "fast-gpus": FAST_GPU_STEPS}
+# the members this bench runs live: the factor on the emulated steps (fast-gpus, of the
+# declared space ``adloader.sim.declared``: GPUs 4× faster, so the loaders bind); gpu-node:
+# the GPU node emulated whole (``adloader.sim.gpu_node``: virtual cores, the trainer's copy
+# and launch CPU, its steps fitted to the measured node)
+LIVE_MIXES = {"paper-static": 1.0, "fast-gpus": FAST_GPU_STEPS, GPU_NODE_NAME: 1.0}
 
 
 def for_mix(cfg: LiveConfig, cuda: bool) -> LiveConfig:
-    """``cfg`` with its mix's emulated step scale; a mix that speeds the GPUs up needs the
+    """``cfg`` with its mix's emulated step scale; a mix that emulates other GPUs needs the
     steps emulated (a real GPU is as fast as it is)."""
     factor = LIVE_MIXES[cfg.mix]
-    if factor != 1.0 and cuda:
-        raise InputError(f"bench live: --member {cfg.mix} emulates faster GPUs, and this machine "
+    if (factor != 1.0 or cfg.mix == GPU_NODE_NAME) and cuda:
+        raise InputError(f"bench live: --member {cfg.mix} emulates other GPUs, and this machine "
                          f"trains on its real GPUs: run it on a machine without CUDA")
     return dataclasses.replace(cfg, step_scale=cfg.step_scale * factor)
 
 
 def live_capacity(cfg: LiveConfig, cuda: bool) -> int:
+    if cfg.mix == GPU_NODE_NAME:
+        return cfg.capacity or GPU_NODE.cores
     return cfg.capacity or (logical_cores() if cuda else 3 * logical_cores())
+
+
+def batch_seconds(profile, batch_size: int) -> float:
+    """W: one loading worker's time for a batch, from the profile's L(1)."""
+    return batch_size / max(profile.node_loading[1], 1e-9)
+
+
+def gpu_node_steps(trace: Trace, w: float) -> list[TrainingSample]:
+    """The emulated node's GPU steps as a GPU node's profile measures them (on batches
+    already on the device, half, once and twice each job's batch): what the daemon's
+    prior predicts F_μ from — the trainer's copy and launch are not in them."""
+    out = []
+    for job in trace.jobs:
+        feat, per_gpu = features(job.model), max(1, job.batch_size // job.gpus)
+        for b in (max(1, per_gpu // 2), per_gpu, 2 * per_gpu):
+            out.append(TrainingSample(b, 1, feat.flops_g, feat.params_m,
+                                      GPU_NODE.step(job.model) * w * b / per_gpu))
+    return out
 
 
 def live_crop(cfg: LiveConfig, cuda: bool) -> int:
@@ -121,7 +147,10 @@ def measured_profile(cfg: LiveConfig, data: Path, out: Path, trace: Trace, cuda:
     ensure_images(data, cfg.images)
     dataset = SyntheticJPEGDataset(data, size=100_000, images=cfg.images,
                                    crop=live_crop(cfg, cuda))
-    samples = measure_loading(dataset, list(range(1, capacity + 1)), batch_size=32, batches=12,
+    counts = list(range(1, capacity + 1))
+    if cfg.mix == GPU_NODE_NAME:  # virtual cores load slowly: every other count past 4
+        counts = sorted({*range(1, 5), *range(4, capacity + 1, 2), capacity})
+    samples = measure_loading(dataset, counts, batch_size=32, batches=12,
                               rounds=3, progress=progress, every_round=True)  # noise: the table
     surface = measure_contention(dataset, surface_grid(cfg, trace, capacity), batch_size=32,
                                  window_s=cfg.surface_window_s, rounds=cfg.surface_rounds,
@@ -134,6 +163,11 @@ def measured_profile(cfg: LiveConfig, data: Path, out: Path, trace: Trace, cuda:
         steps = measure_training(models, batches, device="cuda", progress=progress)
         alpha = fit_alpha(steps)
         device = f"this machine: loading and {torch.cuda.get_device_name(0)} steps, measured"
+    elif cfg.mix == GPU_NODE_NAME:
+        w = trace.jobs[0].batch_size / max(node_loading_table(samples)[1], 1e-9)
+        alpha = fit_alpha(gpu_node_steps(trace, w))
+        device = (f"{GPU_NODE_NAME}: {GPU_NODE.cores} virtual cores on {logical_cores()}, "
+                  f"the trainer's copy and launch emulated, W = {w:.3f} s")
     else:
         alpha = tuple(a * cfg.step_scale for a in paper.alpha)
         device = f"this machine's loading, the paper's GPUs × {cfg.step_scale:g} (emulated)"
@@ -159,9 +193,18 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
     trace, per_gpu = load_trace(cfg.trace), 2
     if cuda:
         trace, per_gpu = fit_to_gpus(trace, torch.cuda.device_count())
+    node = cfg.mix == GPU_NODE_NAME
+    env_before = {k: os.environ.get(k) for k in (names.STEP_PROFILE, names.CORE_FACTOR,
+                                                 names.EMULATED_TRAINER)}
+    if node:  # every process of the run (the profile's loaders too) on virtual cores
+        trace, per_gpu = fit_to_gpus(trace, GPU_NODE.gpus)
+        os.environ[names.CORE_FACTOR] = f"{GPU_NODE.core_factor(logical_cores()):.4f}"
     profile = measured_profile(cfg, data, root, trace, cuda, progress, per_gpu)
+    if node:
+        w = batch_seconds(load_profile(str(profile)), trace.jobs[0].batch_size)
+        os.environ[names.EMULATED_TRAINER] = json.dumps(GPU_NODE.trainer_env(
+            sorted({j.model for j in trace.jobs}), w))
     runs = []
-    env_before = os.environ.get(names.STEP_PROFILE)
     settings = [(True, p) for p in cfg.policies] + [(False, b) for b in cfg.baselines]
     size = dict(iterations_scale=cfg.iterations_scale, step_scale=cfg.step_scale,
                 crop=live_crop(cfg, cuda), data=str(data), images=cfg.images)
@@ -193,10 +236,11 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
                              f"{result['makespan_s']:.1f} s, Σ "
                              f"{result['aggregate_throughput']:.0f} samples/s")
     finally:
-        if env_before is None:
-            os.environ.pop(names.STEP_PROFILE, None)
-        else:
-            os.environ[names.STEP_PROFILE] = env_before
+        for key, value in env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     labels = list(cfg.policies) + [f"no daemon: {b}" for b in cfg.baselines]
     summary = summarise_rounds(runs, labels)
     limits = predicted_limits(cfg, profile, trace, capacity)

@@ -199,6 +199,7 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
     lines = [
         "# adloader against no daemon: the "
         + ("static mix" if cfg.get("mix", "paper-static") == "paper-static"
+           else "static mix on an emulated GPU node" if cfg["mix"] == "gpu-node"
            else f"declared space's {cfg['mix']} mix") + " on this machine",
         "",
         f"Written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by `{cmd}` "

@@ -7,6 +7,7 @@ import signal as signals
 from dataclasses import dataclass, field
 
 from adloader.protocol import DataSpec, Finish
+from adloader.scheduling.intake import IntakeCeiling
 from adloader.scheduling.samples import LoadingSample, TrainingSample
 
 ACTIVE = ("running", "paused")
@@ -60,6 +61,7 @@ class LiveJob:
     planned_scale: float = 1.0  # c_i in the last plan
     ceiling: float = 0.0  # the last plan's c_i·B·F_μ × GPU share, samples/s
     corrected_at: float = 0.0  # when c_i was last updated
+    intake: IntakeCeiling = field(default_factory=IntakeCeiling)  # C_j, from its heartbeats
     data: DataSpec | None = None  # what it reads, when it asked for the node cache
     protocol: int = 0  # its master's protocol version (adloader.protocol.PROTOCOL); 0: older
     uid: int | None = None  # the user the kernel said registered it (SO_PEERCRED); None over

@@ -78,7 +78,8 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             completion_window_s=config.completion_window_s, heartbeat_s=config.heartbeat_s,
             lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
             cancel_grace_s=config.cancel_grace_s, clock=time.monotonic,
-            cpus_of=cpu_share_of, name_check=self._name_check)
+            cpus_of=cpu_share_of, name_check=self._name_check,
+            closed_loop=not config.open_loop)
         self._kernel_pid = 0  # the kernel's pid of the Register being read (0: none)
         self.launcher = Launcher(state, config.control_endpoint)
         self.outbox: collections.deque = collections.deque()

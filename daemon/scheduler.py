@@ -35,6 +35,8 @@ from adloader.protocol import (
     Resume,
 )
 from adloader.scheduling import correction
+from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
+from adloader.scheduling.intake import IntakeCeiling
 from adloader.scheduling.planner import PlanJob, admit, plan
 from adloader.scheduling.policies import get_policy
 from adloader.scheduling.samples import LoadingSample, TrainingSample
@@ -56,6 +58,8 @@ from .tokens import TokenDigest
 
 REVIEW_MIN_S = 5.0  # ftf: a plan is looked at again no sooner than this
 CORRECT_EVERY_S = 2.0  # one correction of c_i a job this often (heartbeats come faster)
+TRAINING_BOUND = 0.05  # a beat waiting at most this part of its iterations: a μ sample
+LOADING_BOUND = 0.25  # a beat waiting at least this part: a λ sample (between: neither)
 
 
 class Scheduler(RegistrationMixin, EndingsMixin):
@@ -66,7 +70,8 @@ class Scheduler(RegistrationMixin, EndingsMixin):
                  lost_timeout_s: float = 3.0, max_jobs_per_gpu: int = 2,
                  cancel_grace_s: float = 10.0, clock: Callable[[], float],
                  cpus_of: Callable[[int], tuple[int, float] | None] | None = None,
-                 name_check: Callable[[str, int], tuple[bool | None, str]] | None = None):
+                 name_check: Callable[[str, int], tuple[bool | None, str]] | None = None,
+                 closed_loop: bool = False):
         self.capacity, self.gpus = capacity, gpus
         self.policy = get_policy(policy)  # this node's own: its state (ftf's shadow) lives here
         self.tokens = tokens
@@ -91,6 +96,10 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         self.ended: dict[str, str] = {}  # terminal jobs of earlier daemons: id -> state
         self.flush_at: float | None = None
         self.ending = False  # a job is being cancelled or its exit awaited (see tick)
+        # measured, then kept (``adloader.scheduling.closed_loop``): the policy's plan is
+        # walked toward in moves the node's measurements keep or undo; None: applied at once
+        self.loop = ClosedLoop(capacity, LoopSettings().for_heartbeat(heartbeat_s)) \
+            if closed_loop else None
         self.set_model(model)
 
     def set_model(self, model: ThroughputModel, table=None) -> None:
@@ -104,6 +113,8 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         """The node's workers changed (its cgroup was resized): plan every job again now."""
         self.capacity = max(1, int(capacity))
         self.set_model(self.model)
+        if self.loop is not None:  # the even split of another node: measured anew
+            self.loop.capacity, self.loop.jobs = self.capacity, {}
         self._open(0.0)
         return Actions()
 
@@ -231,6 +242,8 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         if self.flush_at is not None and now >= self.flush_at:
             self.flush_at = None
             out.extend(self.replan())
+        if self.loop is not None:
+            out.extend(self.loop_step())
         return out
 
     def _open(self, window: float) -> None:
@@ -252,7 +265,8 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         return [PlanJob(j.id, j.batch_size, j.gpus, j.flops_g, j.params_m, j.remaining_samples,
                         j.state in ACTIVE, j.workers, j.gpu_ids, j.requested, j.rate_scale,
                         length_known=bool(j.iterations), started=j.iteration > 0,
-                        max_workers=self.max_workers(j))
+                        max_workers=self.max_workers(j),
+                        intake=j.intake.rate(j.batch_size) if self.loop is not None else 0.0)
                 for j in jobs]
 
     def max_workers(self, job: LiveJob) -> int | None:
@@ -273,6 +287,8 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         the planner cannot take fails alone; the others are planned as if it never was."""
         running, waiting = self._running(), self._waiting()
         if not running and not waiting:
+            if self.loop is not None:  # none left: whoever runs next starts a new set
+                self.loop.jobs = {}
             return Actions()
         out = Actions()
         try:
@@ -284,12 +300,16 @@ class Scheduler(RegistrationMixin, EndingsMixin):
                     "exit": f"the scheduler could not plan it: {type(exc).__name__}: {exc}"}))
             waiting = [j for j in waiting if j not in bad]
             decision = self._plan(running + waiting)
-        out.events.append((None, "plan", {"workers": decision.workers,
-                                          "resized": decision.resized,
-                                          "launched": decision.launched,
-                                          "queued": decision.queued,
-                                          "predicted": {k: round(v, 1) for k, v in
-                                                        decision.predicted.items()}}))
+        counts = dict(decision.workers)
+        resized = list(decision.resized)
+        if self.loop is not None:  # the plan is the loop's target; these counts are sent
+            counts, resized = self._loop_counts(decision)
+        data = {"workers": counts, "resized": resized, "launched": decision.launched,
+                "queued": decision.queued,
+                "predicted": {k: round(v, 1) for k, v in decision.predicted.items()}}
+        if self.loop is not None:
+            data["target"] = dict(decision.workers)
+        out.events.append((None, "plan", data))
         for job_id, ceiling in decision.ceiling.items():
             job = self.jobs[job_id]
             job.ceiling, job.planned_scale = ceiling, job.rate_scale
@@ -305,19 +325,59 @@ class Scheduler(RegistrationMixin, EndingsMixin):
             if job.state != "queued":
                 job.state = "queued"
                 out.changed.append(job)
-        for job_id in decision.resized:
-            job = self.jobs[job_id]
-            job.workers = decision.workers[job_id]
-            job.seq += 1
-            out.send.append((job.id, Resize(seq=job.seq, workers=job.workers)))
-            out.changed.append(job)
-            out.events.append((job.id, "resize", {"workers": job.workers, "seq": job.seq}))
+        for job_id in resized:
+            out.extend(self._resize(self.jobs[job_id], counts[job_id]))
         for job_id in decision.launched:
             job = self.jobs[job_id]
-            job.state, job.workers = "running", decision.workers[job_id]
+            job.state, job.workers = "running", counts[job_id]
             job.gpu_ids, job.last_seen = decision.gpu_ids[job_id], self.clock()
             out.launch.append(job)
             out.changed.append(job)
+        return out
+
+    def _resize(self, job: LiveJob, workers: int, why: str | None = None) -> Actions:
+        job.workers = workers
+        job.seq += 1
+        if self.loop is not None:
+            self.loop.resized(self.clock(), job.id)
+        data = {"workers": job.workers, "seq": job.seq}
+        if why:
+            data["loop"] = why
+        return Actions(send=[(job.id, Resize(seq=job.seq, workers=job.workers))],
+                       changed=[job], events=[(job.id, "resize", data)])
+
+    def _loop_counts(self, decision) -> tuple[dict[str, int], list[str]]:
+        """The closed loop's counts for a decision: a new set of jobs starts from the even
+        split (launched jobs with it, running ones resized to it); the policy's plan becomes
+        the loop's target, walked toward in measured moves (``loop_step``)."""
+        loop = self.loop
+        planned = {k: self.jobs[k].batch_size for k in decision.workers}
+        loop.target = dict(decision.workers)
+        node = min(sum(decision.workers.values()), self.capacity)
+        ceiling, table = dict(decision.ceiling), self.table
+        loop.predict = lambda name, d: float(min(ceiling.get(name, 0.0),
+                                                 table[node, max(0, min(d, node))]))
+        if set(planned) == loop.names:
+            return {k: self.jobs[k].workers for k in planned}, []
+        counts = loop.reset(self.clock(), planned)
+        for k in planned:  # C_j was measured beside other jobs: measured anew
+            self.jobs[k].intake = IntakeCeiling()
+        resized = [k for k in planned if k not in decision.launched
+                   and self.jobs[k].workers != counts[k]]
+        return counts, resized
+
+    def loop_step(self) -> Actions:
+        """The closed loop's move, judgement or guard, now (called from ``tick``)."""
+        loop, out = self.loop, Actions()
+        running = {j.id: j for j in self._running()}
+        if loop is None or not running or set(running) != loop.names:
+            return out
+        counts = loop.step(self.clock(), {k: j.workers for k, j in running.items()},
+                           {k: j.remaining_samples for k, j in running.items()})
+        for job_id, workers in counts.items():
+            out.extend(self._resize(running[job_id], workers, loop.phase))
+        out.events.extend(loop.events)
+        loop.events.clear()
         return out
 
     def _plans(self, jobs: list[LiveJob]) -> bool:
@@ -366,13 +426,20 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         job.seq = max(job.seq, msg.applied_seq)  # after a restart: what it already applied
         out = Actions()
         iteration_s = msg.step_s + msg.data_wait_s
+        if job.state == "running":
+            job.intake.observe(msg.step_s, msg.data_wait_s)  # C_j: from the first beat on
+            if self.loop is not None:
+                self.loop.beat(self.clock(), job.id, msg.iteration, msg.applied_seq >= job.seq)
+                if job.intake.beats == 1:  # a first C_j: the plan the loop walks toward
+                    self._open(0.0)
         if msg.step_s > 0 and iteration_s > 0 and job.state == "running":
             b = max(1, job.batch_size // job.gpus)
-            if msg.data_wait_s <= 0.05 * iteration_s:  # BP ≥ 95 % of the iteration (§III-B)
+            if msg.data_wait_s <= TRAINING_BOUND * iteration_s:  # BP ≥ 95 % (§III-B)
                 out.samples.append((job.id, TrainingSample(b, job.gpus, job.flops_g,
                                                            job.params_m, msg.step_s)))
                 out.extend(self._correct(job, job.batch_size / msg.step_s))
-            elif msg.workers > 0 and msg.samples_per_s > 0:
+            elif msg.data_wait_s >= LOADING_BOUND * iteration_s and msg.workers > 0 \
+                    and msg.samples_per_s > 0:  # the loader binds it: its rate is λ's
                 node = max(self._recent_node_workers(), msg.workers)
                 out.samples.append((job.id, LoadingSample(msg.workers, node,
                                                           msg.samples_per_s)))

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 
 from adloader.errors import InputError
 from adloader.host.atomic import atomic_path
+from adloader.workloads.emulated_gpu import virtual_core
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -138,6 +139,10 @@ class SyntheticJPEGDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if not 0 <= index < self.size:
             raise IndexError(f"sample {index} out of range 0..{self.size - 1}")
+        with virtual_core():  # on an emulated GPU node: a core of its own (1/k of one here)
+            return self._load(index)
+
+    def _load(self, index: int) -> tuple[torch.Tensor, int]:
         with Image.open(self.files[index % len(self.files)]) as img:
             img = img.convert("RGB")
         box = random_resized_crop(*img.size)

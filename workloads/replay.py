@@ -145,9 +145,25 @@ def summarise(trace, ids, views, events, alloc, iterations, start) -> dict:
         "timeline": timeline,
         "events": [{"t_s": round(e["t"] - start, 3), "kind": "plan",
                     "resized": [by_id.get(j, j) for j in e["data"]["resized"]]}
-                   for e in plans] + _share_events(events, by_id, start),
+                   for e in plans] + _share_events(events, by_id, start)
+        + _loop_events(events, by_id, start),
         "resized_jobs": sorted(by_id[j] for j in resized if j in by_id),
     }
+
+
+LOOP_EVENTS = ("loop_even", "loop_kept", "loop_reverted", "loop_guard")
+
+
+def _loop_events(events, by_id, start) -> list[dict]:
+    """What the closed loop measured and did (its trials, kept or reverted, and the guard),
+    by the trace's names."""
+    out = []
+    for e in events:
+        if e["kind"] in LOOP_EVENTS:
+            data = {k: by_id.get(v, v) if k in ("from", "to") else v
+                    for k, v in e["data"].items()}
+            out.append({"t_s": round(e["t"] - start, 3), "kind": e["kind"], **data})
+    return out
 
 
 def _share_events(events, by_id, start) -> list[dict]:

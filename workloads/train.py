@@ -6,10 +6,12 @@ Loading is real CPU work in the ElasticDataLoader's workers (JPEG decode, random
 crop, flip, normalisation). On CUDA the step is real training of the zoo model. Without a
 GPU the step is emulated: the job sleeps for the step time the device profile gives for
 its model and batch (eq. 6), holding a lock per emulated GPU, so jobs that share a GPU
-take turns — one GPU's steps serialised. The two lines that put it under the daemon are
-``ElasticDataLoader(...)`` and ``attach(loader, ...)``.
+take turns — one GPU's steps serialised. On the emulated GPU node
+(``adloader.workloads.emulated_gpu``, set by the bench through the environment) it also
+copies each batch and spends the step's launch CPU, as a real trainer does. The two lines
+that put it under the daemon are ``ElasticDataLoader(...)`` and ``attach(loader, ...)``.
 
-The baselines users run without adloader (issue 23) are the same job on torch's own
+The baselines users run without adloader are the same job on torch's own
 ``torch.utils.data.DataLoader``, not under any daemon: ``--loader torch --workers N`` (a fixed
 ``num_workers``) or ``--loader torch --autotune`` (``adloader.scheduling.autotune``: the job
 tunes its own count). ``--report FILE`` writes what the job measured of itself as one JSON
@@ -20,8 +22,6 @@ workers.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import sys
@@ -41,37 +41,7 @@ from adloader.models import build, features
 from adloader.scheduling.autotune import Autotuner
 from adloader.sim.device_profile import load_profile
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
-
-
-@contextlib.contextmanager
-def gpu_locks(gpu_ids: list[int]):
-    """Hold the emulated GPUs (file locks, taken in order so two jobs never deadlock)."""
-    base = Path(os.environ.get(names.GPU_LOCK_DIR) or tempfile.gettempdir())
-    handles = []
-    try:
-        for g in sorted(set(gpu_ids)):
-            fh = open(base / f"adloader-gpu-{g}.lock", "a+")  # noqa: SIM115
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            handles.append(fh)
-        yield
-    finally:
-        for fh in reversed(handles):
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            fh.close()
-
-
-SLICE_S = 0.01  # a GPU time-slices between processes; so does the emulation
-
-
-def emulate_step(step_s: float, gpu_ids: list[int]) -> None:
-    """Hold the job's GPUs for step_s in all, a slice at a time, so jobs that share a GPU
-    interleave their steps as time-slicing would (max-min fair on average)."""
-    left = step_s
-    while left > 0:
-        chunk = min(SLICE_S, left)
-        with gpu_locks(gpu_ids):
-            time.sleep(chunk)
-        left -= chunk
+from adloader.workloads.emulated_gpu import EmulatedTrainer, emulate_step
 
 
 def parse_args(argv=None):
@@ -180,8 +150,10 @@ def main(argv=None) -> int:
         net = build(args.model).cuda()
         optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     gpu_ids = [int(g) for g in os.environ.get(names.GPU_IDS, "0").split(",") if g != ""]
-    step_s = 0.0
-    if not cuda:
+    step_s, trainer = 0.0, None
+    if not cuda:  # the faithful GPU node, when the bench asks for it (emulated_gpu)
+        trainer = EmulatedTrainer.from_env(gpu_ids, args.model)
+    if not cuda and trainer is None:
         profile = load_profile(args.profile)
         per_gpu = args.batch_size / args.gpus
         step_s = args.step_scale * profile.step_time(per_gpu, feat.flops_g, feat.params_m,
@@ -216,6 +188,8 @@ def main(argv=None) -> int:
                 loss.backward()
                 optimizer.step()
                 torch.cuda.synchronize()
+            elif trainer is not None:
+                trainer.train((images, labels))
             else:
                 emulate_step(step_s, gpu_ids)
             step_s_taken = time.perf_counter() - t_step

@@ -284,6 +284,10 @@ SETTINGS = {
     "--hold-arrivals": ("hold_arrivals", bool, "every job waits the whole arrival window, as "
                         "in the paper (ablation)"),
     "--completion-window": ("completion_window_s", float, "completion buffer (default 30)"),
+    "--open-loop": ("open_loop", bool, "apply each plan at once, without measuring it "
+                    "(ablation; by default a new set of jobs starts from the even split and "
+                    "the plan is walked toward in moves the node's measurements keep or "
+                    "undo)"),
     "--heartbeat": ("heartbeat_s", float, "heartbeat interval of the jobs (default 1)"),
     "--profile": ("profile", str, "device profile for the prior TPM (default paper)"),
     "--socket-group": ("socket_group", str, "group whose members' jobs may connect"),

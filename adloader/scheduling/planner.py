@@ -5,8 +5,9 @@ decision code. Given the running jobs and the waiting ones (buffered arrivals, q
 
 1. admit waiting jobs in arrival order while the node has GPU room (at most
    ``max_jobs_per_gpu`` a GPU) and a worker for each (C ≥ N);
-2. predict each job's ceiling B·F_μ with the TPM, reduced to the GPU share it would get
-   next to the jobs on its GPUs (``gpushare``, on predicted steps);
+2. predict each job's ceiling B·F_μ with the TPM, cut to its measured intake ceiling C_j
+   where known (``intake``) and reduced to the GPU share it would get next to the jobs on
+   its GPUs (``gpushare``, on predicted steps);
 3. order jobs by predicted remaining time, shortest first — policies break ties in order,
    so equal throughput goes to the job that will finish (and free its workers) first;
 4. ask the policy; a running job keeps its workers when the new count would not move its
@@ -48,6 +49,7 @@ class PlanJob:
     length_known: bool = True  # it stated its iterations (``ftf`` plans on them)
     started: bool = True  # it has trained a batch: its start-up (no worker shortens it) is over
     max_workers: int | None = None  # confined to part of the node's CPUs: its most workers
+    intake: float = 0.0  # C_j, what its training loop can take in, samples/s (0: unknown)
 
 
 @dataclass
@@ -91,9 +93,14 @@ def place_in_order(jobs: Sequence[tuple[str, int]], gpus: int,
 
 
 def solo_rates(jobs: Sequence[PlanJob], model: ThroughputModel) -> dict[str, float]:
-    """c_i · B·F_μ of each job alone on its GPUs, samples/s."""
-    return {j.name: j.rate_scale * model.training_throughput(j.batch_size, j.gpus, j.flops_g,
-                                                             j.params_m) for j in jobs}
+    """min(C_j, c_i · B·F_μ) of each job alone on its GPUs, samples/s: no worker lifts a job
+    past what its training loop takes in (``adloader.scheduling.intake``)."""
+    out = {}
+    for j in jobs:
+        rate = j.rate_scale * model.training_throughput(j.batch_size, j.gpus, j.flops_g,
+                                                        j.params_m)
+        out[j.name] = min(rate, j.intake) if j.intake > 0 else rate
+    return out
 
 
 def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],

@@ -6,9 +6,11 @@ from daemon_harness import Daemon, wait_for
 
 
 def test_ftf_serves_the_short_job_first_and_moves_its_workers_at_once(tmp_path):
-    # a long completion window: ftf must not wait for it when a job finishes
+    # a long completion window: ftf must not wait for it when a job finishes; the plan as
+    # ftf makes it, applied at once (--open-loop: the closed loop would measure each move,
+    # and a job this short ends before a trial could pay back)
     d = Daemon(tmp_path / "state", capacity=4, gpus=2,
-               extra=("--policy", "ftf", "--completion-window", "60")).start()
+               extra=("--policy", "ftf", "--completion-window", "60", "--open-loop")).start()
     try:
         long_job = d.submit("long", iterations=100000, step_scale=2.0)
         short_job = d.submit("short", iterations=60)

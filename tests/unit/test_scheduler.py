@@ -382,12 +382,18 @@ def test_heartbeats_report_progress_and_yield_samples(sched, clock):
     assert job.busy_s == pytest.approx(0.96) and job.wait_s == pytest.approx(0.04)
     assert out.samples == [(job.id, TrainingSample(32, 1, 3.63, 11.7, 0.096))]
     assert out.send == [] and out.reply == []
-    # it waits 6 %: a loading sample (λ with d of the node's D workers)
+    # it waits 6 %: its trainer still binds it most of the time, and its rate is not what
+    # its workers load: no sample at all
     out = sched.message(peer(job.id), Heartbeat(job=job.id, token=token(job.id), iteration=30,
                                                 step_s=0.094, data_wait_s=0.006,
                                                 samples_per_s=250.0, workers=4))
     assert job.iteration == 30 and job.throughput == 250.0
     assert job.busy_s == pytest.approx(0.96 + 20 * 0.094)
+    assert out.samples == []
+    # it waits 30 %: the loader binds it, a loading sample (λ with d of the node's D workers)
+    out = sched.message(peer(job.id), Heartbeat(job=job.id, token=token(job.id), iteration=30,
+                                                step_s=0.07, data_wait_s=0.03,
+                                                samples_per_s=250.0, workers=4))
     assert out.samples == [(job.id, LoadingSample(4, node, 250.0))]
     # exactly 5 % (1 s of a 20 s iteration, exact in binary) still counts as training
     out = sched.message(peer(job.id), Heartbeat(job=job.id, token=token(job.id), iteration=31,

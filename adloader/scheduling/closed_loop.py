@@ -1,0 +1,308 @@
+"""The closed loop: a plan is a hypothesis, and the node's measurements keep it or undo it.
+
+The model proposes, the node decides. When the set of running jobs changes, every job gets
+an even split of the node's workers. Once every job has trained its first batch and the
+new workers have delivered theirs, one window measures the node's rate under the even split
+(Σ of the jobs' measured samples/s). From then on the loop walks toward the policy's plan
+in small moves — at most ``step`` workers from one job to another, the pair the model
+ranks best (the donor whose predicted rate falls least, the receiver whose rises most) —
+and each move is a trial: the jobs apply it, the new workers deliver their first batches,
+a window measures the node again, and the move stays only if the measured rate did not
+fall by more than the windows' noise (``tolerance`` at least). A move that failed goes back
+at once and that pair is not tried again until the job set changes.
+
+A guard watches every window: a node measured below its even split's rate by more than
+``guard`` for ``guard_windows`` windows in a row goes back to the even split and holds it
+for ``hold_s``; the moves that led there are not tried again while the same jobs run.
+Moves respect a dwell (a job is resized at most once every ``dwell_s``),
+and a move is not tried for a receiver whose measured time left could not pay back a
+trial (``payback`` × the trial's length).
+
+Pure: the scheduler feeds it heartbeats and the clock, and carries out the counts it
+returns.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    window_s: float = 4.0  # a measuring window (at least 4 heartbeats: see ``for_heartbeat``)
+    settle_s: float = 1.0  # after a resize is applied, at least this before its window
+    tolerance: float = 0.03  # a move stays unless the node's rate fell by more
+    guard: float = 0.03  # below the even split's rate by more than this ...
+    guard_windows: int = 2  # ... this many windows in a row: back to even, and hold
+    hold_s: float = 60.0  # how long the guard holds the even split
+    dwell_s: float = 5.0  # a job's resizes at least this far apart
+    step: int = 2  # the most workers one move takes
+    payback: float = 2.0  # a receiver needs this many trials' time left
+
+    def for_heartbeat(self, heartbeat_s: float) -> LoopSettings:
+        """These settings with windows long enough for ``heartbeat_s`` (4 beats a window)."""
+        return dataclasses.replace(self, window_s=max(self.window_s, 4 * heartbeat_s),
+                                   settle_s=max(self.settle_s, heartbeat_s))
+
+
+@dataclasses.dataclass
+class _Job:
+    batch_size: int
+    beats: collections.deque = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=256))  # (time, iteration)
+    applied: bool = False  # its last command applied (its heartbeats say so)
+    applied_at: float = 0.0
+    resized_at: float = -math.inf
+
+
+@dataclasses.dataclass
+class _Trial:
+    donor: str
+    receiver: str
+    workers: int
+    before: float  # the node's measured rate before the move
+    noise: float  # the relative spread of the windows before it
+    since: float | None = None  # its window's start (None: not yet applied and settled)
+
+
+class ClosedLoop:
+    """Even split first, then measured moves toward the policy's plan (module docstring)."""
+
+    def __init__(self, capacity: int, settings: LoopSettings | None = None):
+        self.capacity = max(1, int(capacity))
+        self.settings = settings or LoopSettings()
+        self.jobs: dict[str, _Job] = {}
+        self.target: dict[str, int] = {}  # the policy's plan
+        self.predict: Callable[[str, int], float] | None = None  # T_j(d), the model's
+        self.phase = "idle"  # start | even | steady | trial | held
+        self.even_rate: float | None = None  # the node measured under the even split
+        self.even_counts: dict[str, int] = {}
+        self.rates: list[float] = []  # the steady windows' node rates, newest last
+        self.window_from = 0.0
+        self.low = 0  # windows in a row below the guard
+        self.held_until = 0.0
+        self.rejected: set[tuple[str, str]] = set()
+        self.kept: set[tuple[str, str]] = set()  # moves kept since the even split
+        self.trial: _Trial | None = None
+        self.events: list[tuple[str | None, str, dict]] = []  # for the daemon's event log
+
+    # -- the job set ---------------------------------------------------------------------
+    @property
+    def names(self) -> set[str]:
+        return set(self.jobs)
+
+    def even(self, names: Sequence[str]) -> dict[str, int]:
+        """The node's workers split evenly over ``names`` (the first in order get the rest);
+        at least one each."""
+        names = sorted(names)
+        if not names:
+            return {}
+        share, rest = divmod(self.capacity, len(names))
+        return {n: max(1, share + (1 if i < rest else 0)) for i, n in enumerate(names)}
+
+    def reset(self, now: float, batch_sizes: Mapping[str, int]) -> dict[str, int]:
+        """A new set of running jobs (name → batch size): the even split, measured anew."""
+        self.jobs = {n: self.jobs.get(n) or _Job(b) for n, b in batch_sizes.items()}
+        for job in self.jobs.values():
+            job.applied = False
+        self.even_counts = self.even(list(batch_sizes))
+        self.phase, self.even_rate, self.rates, self.low = "start", None, [], 0
+        self.trial, self.rejected, self.kept, self.held_until = None, set(), set(), 0.0
+        return dict(self.even_counts)
+
+    # -- what the node measures ----------------------------------------------------------
+    def beat(self, now: float, name: str, iteration: int, applied: bool) -> None:
+        """A heartbeat of job ``name``: its iterations so far; whether its last command is
+        applied."""
+        job = self.jobs.get(name)
+        if job is None:
+            return
+        job.beats.append((now, iteration))
+        if applied and not job.applied:
+            job.applied_at = now
+        job.applied = applied
+
+    def resized(self, now: float, name: str) -> None:
+        """The scheduler sent ``name`` a new count."""
+        job = self.jobs.get(name)
+        if job is not None:
+            job.applied, job.resized_at = False, now
+
+    def job_rate(self, name: str, since: float, until: float) -> float | None:
+        """Samples/s job ``name`` trained between its first and last beat in the window;
+        None when its beats cover less than half of it."""
+        job = self.jobs[name]
+        inside = [(t, i) for t, i in job.beats if since <= t <= until]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5 * (until - since):
+            return None
+        (ta, ia), (tb, ib) = inside[0], inside[-1]
+        return (ib - ia) * job.batch_size / (tb - ta)
+
+    def recent_rate(self, name: str) -> float | None:
+        """Job ``name``'s rate over its last two windows of beats."""
+        beats = self.jobs[name].beats
+        if not beats:
+            return None
+        last = beats[-1][0]
+        return self.job_rate(name, last - 2 * self.settings.window_s, last)
+
+    def node_rate(self, since: float, until: float) -> float | None:
+        rates = [self.job_rate(n, since, until) for n in self.jobs]
+        return None if any(r is None for r in rates) else sum(rates)
+
+    # -- the loop --------------------------------------------------------------------------
+    def step(self, now: float, current: Mapping[str, int],
+             remaining: Mapping[str, float] | None = None) -> dict[str, int]:
+        """The counts to send now (only the jobs that change; empty: nothing)."""
+        if not self.jobs:
+            return {}
+        s = self.settings
+        if self.phase == "start":
+            started = all(j.applied and j.beats and j.beats[-1][1] > 0
+                          for j in self.jobs.values())
+            if started:
+                self.phase = "even"
+                self.window_from = now + self._settle(current)
+            return {}
+        if self.phase == "even":
+            rate = self._window(now, self.window_from)
+            if rate is None:
+                return {}
+            self.even_rate = rate
+            self.rates = [rate]
+            self.phase, self.window_from = "steady", now
+            self.events.append((None, "loop_even", {"rate": round(rate, 1)}))
+            return self._move(now, current, remaining)
+        if self.phase == "held":
+            if now >= self.held_until:
+                self.phase, self.window_from = "steady", now
+            return {}
+        if self.phase == "trial":
+            return self._judge(now, current)
+        # steady: a window, the guard, then perhaps a move
+        if now < self.window_from + s.window_s:
+            return {}
+        rate = self.node_rate(self.window_from, now)
+        self.window_from = now
+        if rate is None:
+            return {}
+        self.rates = (self.rates + [rate])[-3:]
+        if self._guard(now, rate, current):
+            return self._back_to_even(now, current)
+        return self._move(now, current, remaining)
+
+    def _window(self, now: float, since: float) -> float | None:
+        """The node's rate over a window from ``since``, once it is over (None before; a
+        window the beats did not cover starts again now)."""
+        if now < since + self.settings.window_s:
+            return None
+        rate = self.node_rate(since, now)
+        if rate is None:
+            if self.trial is not None and self.trial.since == since:
+                self.trial.since = now
+            else:
+                self.window_from = now
+        return rate
+
+    def _settle(self, current: Mapping[str, int], name: str | None = None) -> float:
+        """Time for new workers' first batches: one worker's batch time of the job (its
+        measured rate per worker), within [settle_s, 2 windows]."""
+        s = self.settings
+        names = [name] if name else list(self.jobs)
+        longest = 0.0
+        for n in names:
+            rate = self.recent_rate(n)
+            if rate:
+                longest = max(longest, current.get(n, 1) * self.jobs[n].batch_size / rate)
+        return min(max(s.settle_s, longest), 2 * s.window_s)
+
+    def _guard(self, now: float, rate: float, current: Mapping[str, int]) -> bool:
+        s = self.settings
+        if self.even_rate is None or dict(current) == self.even_counts:
+            self.low = 0
+            return False
+        self.low = self.low + 1 if rate < (1 - s.guard) * self.even_rate else 0
+        return self.low >= s.guard_windows
+
+    def _back_to_even(self, now: float, current: Mapping[str, int]) -> dict[str, int]:
+        """The guard: the even split, held; the moves that led below it are not tried
+        again (until the job set changes)."""
+        self.phase, self.held_until, self.low = "held", now + self.settings.hold_s, 0
+        self.rejected |= self.kept
+        self.kept = set()
+        self.events.append((None, "loop_guard", {
+            "rate": round(self.rates[-1], 1), "even_rate": round(self.even_rate or 0.0, 1),
+            "hold_s": self.settings.hold_s}))
+        return {n: d for n, d in self.even_counts.items() if current.get(n) != d}
+
+    def _move(self, now: float, current: Mapping[str, int],
+              remaining: Mapping[str, float] | None) -> dict[str, int]:
+        s = self.settings
+        donors = [n for n in self.jobs if current.get(n, 0) > max(self.target.get(n, 1), 1)
+                  and now - self.jobs[n].resized_at >= s.dwell_s]
+        receivers = [n for n in self.jobs if current.get(n, 0) < self.target.get(n, 0)
+                     and now - self.jobs[n].resized_at >= s.dwell_s
+                     and self._pays_back(n, current, remaining)]
+        pairs = [(d, r) for d in donors for r in receivers if (d, r) not in self.rejected]
+        if not pairs:
+            return {}
+        donor, receiver = max(pairs, key=lambda p: self._worth(p, current))
+        k = min(s.step, current[donor] - max(self.target.get(donor, 1), 1),
+                self.target[receiver] - current[receiver])
+        before = self.rates[-1]
+        noise = (max(self.rates) - min(self.rates)) / max(before, 1e-9) \
+            if len(self.rates) > 1 else 0.0
+        self.trial = _Trial(donor, receiver, k, before, noise)
+        self.phase = "trial"
+        return {donor: current[donor] - k, receiver: current[receiver] + k}
+
+    def _worth(self, pair: tuple[str, str], current: Mapping[str, int]) -> float:
+        """The model's predicted gain of moving one worker along ``pair`` (0 without one)."""
+        if self.predict is None:
+            return 0.0
+        d, r = pair
+        loss = self.predict(d, current[d]) - self.predict(d, current[d] - 1)
+        gain = self.predict(r, current[r] + 1) - self.predict(r, current[r])
+        return gain - loss
+
+    def _pays_back(self, name: str, current: Mapping[str, int],
+                   remaining: Mapping[str, float] | None) -> bool:
+        if remaining is None or name not in remaining:
+            return True
+        rate = self.recent_rate(name)
+        if not rate:
+            return True
+        trial_s = self._settle(current, name) + self.settings.window_s
+        return remaining[name] / rate >= self.settings.payback * trial_s
+
+    def _judge(self, now: float, current: Mapping[str, int]) -> dict[str, int]:
+        trial, s = self.trial, self.settings
+        if trial.since is None:
+            if self.jobs[trial.donor].applied and self.jobs[trial.receiver].applied:
+                trial.since = now + self._settle(current, trial.receiver)
+            return {}
+        rate = self._window(now, trial.since)
+        if rate is None:
+            return {}
+        tolerance = max(s.tolerance, trial.noise)
+        kept = rate >= (1 - tolerance) * trial.before
+        data = {"from": trial.donor, "to": trial.receiver, "workers": trial.workers,
+                "before": round(trial.before, 1), "after": round(rate, 1),
+                "tolerance": round(tolerance, 3)}
+        self.trial, self.phase = None, "steady"
+        if kept:
+            self.kept.add((trial.donor, trial.receiver))
+            self.rates = [rate]
+            self.window_from = now
+            self.events.append((None, "loop_kept", data))
+            if self._guard(now, rate, current):
+                return self._back_to_even(now, current)
+            return {}
+        self.rejected.add((trial.donor, trial.receiver))
+        self.events.append((None, "loop_reverted", data))
+        self.window_from = now + self._settle(current, trial.donor)
+        return {trial.donor: current[trial.donor] + trial.workers,
+                trial.receiver: current[trial.receiver] - trial.workers}

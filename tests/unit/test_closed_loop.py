@@ -1,0 +1,310 @@
+"""The closed loop (``adloader.scheduling.closed_loop``) and the intake ceiling C_j
+(``adloader.scheduling.intake``), driven by a truth the model gets wrong.
+
+No sockets, processes or sleeps: a ``Truth`` plays the node — each job trains at the rate
+the truth gives its applied workers, heartbeats every half second, and applies a count one
+second after it was sent (its new workers' cold start). Time is the truth's own clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from adloader.daemon.live import LiveJob
+from adloader.daemon.scheduler import Scheduler
+from adloader.daemon.tokens import TokenDigest
+from adloader.protocol import Allocation, Heartbeat, JobFeatures, Paused, Register, Resize
+from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
+from adloader.scheduling.intake import FLOOR_MAX, WEIGHT, IntakeCeiling
+from adloader.scheduling.planner import PlanJob, plan
+
+B = 32
+PER_WORKER = 400.0  # samples/s a worker loads, in the truths below
+
+
+# -- the intake ceiling ---------------------------------------------------------------------
+
+def test_the_first_heartbeat_gives_a_ceiling_no_warm_up():
+    c = IntakeCeiling()
+    assert c.rate(B) == 0.0  # unknown before any beat
+    c.observe(0.1, 0.002)
+    assert c.rate(B) == pytest.approx(B / 0.102)
+
+
+def test_a_loader_bound_jobs_wait_is_not_taken_for_its_floor():
+    c = IntakeCeiling()
+    c.observe(0.1, 0.5)  # waits 5x its trainer's time: the loader binds it
+    assert c.rate(B) == pytest.approx(B / (0.1 * (1 + FLOOR_MAX)))
+    c.observe(0.1, 0.001)  # a beat with batches ready shows the floor
+    assert c.rate(B) == pytest.approx(B / 0.101)
+
+
+def test_the_time_outside_next_is_followed_and_a_beat_without_a_step_ignored():
+    c = IntakeCeiling()
+    c.observe(0.1, 0.0)
+    c.observe(0.2, 0.0)
+    assert c.outside_s == pytest.approx(0.1 + WEIGHT * 0.1)
+    c.observe(0.0, 0.3)  # no batch boundary with a step in this beat
+    assert c.beats == 2 and c.outside_s == pytest.approx(0.1 + WEIGHT * 0.1)
+
+
+# -- the plan, on a truth with ceilings -----------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["balance", "waa", "optimal", "fair", "jct", "ftf"])
+def test_a_plan_with_measured_ceilings_never_predicts_less_than_the_even_split(
+        paper_model, policy):
+    """Jobs whose training loops take in far less than their GPUs could train (C_j ≪ B·F_μ):
+    the plan's predicted node rate, min(C_j, B·F_μ, λ(d)), is at least the even split's,
+    and no job gets workers its ceiling cannot use."""
+    capacity = 16
+    table = paper_model.loading_table(capacity)
+    node = table[capacity]
+    per = float(node[1])  # one worker's rate with the node full
+    for ceilings in ([2.2 * per, 2.5 * per, 9 * per], [1.5 * per, 7 * per, 12 * per],
+                     [3 * per, 3 * per, 3 * per]):
+        jobs = [PlanJob(f"j{i}", 128, 1, 1.8, 11.7, remaining_samples=128 * (100 + 50 * i),
+                        running=True, workers=5 + (i == 0), gpu_ids=(i,), intake=c)
+                for i, c in enumerate(ceilings)]
+        out = plan(jobs, capacity=capacity, gpus=3, model=paper_model, table=table,
+                   policy=policy, max_jobs_per_gpu=1)
+        d = out.workers
+        total = min(sum(d.values()), capacity)
+        rate = sum(min(out.ceiling[n], float(table[total, d[n]])) for n in d)
+        even = {"j0": 6, "j1": 5, "j2": 5}
+        rate_even = sum(min(out.ceiling[n], float(table[capacity, even[n]])) for n in even)
+        assert rate >= rate_even * (1 - 1e-9), (policy, ceilings, d)
+        # a worker past a job's need (one fewer still feeds its ceiling) while another job
+        # is short of its own: the waste the measured node showed
+        at = {n: min(out.ceiling[n], float(table[total, d[n]])) for n in d}
+        short = [n for n in d if at[n] < 0.97 * out.ceiling[n]]
+        spare = [n for n in d if d[n] > 1 and min(out.ceiling[n], float(
+            table[total, d[n] - 1])) >= out.ceiling[n] * (1 - 1e-9)]
+        if policy != "balance":  # balance splits evenly whatever the jobs need
+            assert not (short and spare), (policy, ceilings, d)
+        for job in jobs:
+            assert out.ceiling[job.name] <= job.intake * (1 + 1e-9)
+
+
+# -- the loop, pure -------------------------------------------------------------------------
+
+class Truth:
+    """The node as it is: job ``n`` trains at ``rate(n, d)`` samples/s with ``d`` workers
+    applied, a count sent is applied ``delay`` s later, a heartbeat every ``dt``."""
+
+    def __init__(self, loop: ClosedLoop, rate, names, delay: float = 1.0, dt: float = 0.5):
+        self.loop, self.rate, self.delay, self.dt = loop, rate, delay, dt
+        self.t = 0.0
+        self.sent = loop.reset(self.t, {n: B for n in names})  # what the daemon holds
+        self.applied = dict(self.sent)
+        self.pending: list[tuple[float, str, int]] = []
+        self.done = dict.fromkeys(names, 0.0)
+        self.history: list[tuple[float, dict[str, int]]] = [(0.0, dict(self.sent))]
+        self.node: list[tuple[float, float]] = []  # (time, the truth's node rate)
+
+    def send(self, counts: dict[str, int]) -> None:
+        for n, d in counts.items():
+            self.sent[n] = d
+            self.loop.resized(self.t, n)
+            self.pending.append((self.t + self.delay, n, d))
+        if counts:
+            self.history.append((self.t, dict(self.sent)))
+
+    def run(self, seconds: float, remaining=None) -> None:
+        end = self.t + seconds
+        while self.t < end - 1e-9:
+            self.t += self.dt
+            for at, n, d in [p for p in self.pending if p[0] <= self.t]:
+                self.applied[n] = d
+                self.pending.remove((at, n, d))
+            rates = {n: self.rate(n, d) for n, d in self.applied.items()}
+            self.node.append((self.t, sum(rates.values())))
+            for n in self.done:
+                self.done[n] += rates[n] * self.dt / B
+                waiting = any(p[1] == n for p in self.pending)
+                self.loop.beat(self.t, n, int(self.done[n]), applied=not waiting)
+            self.send(self.loop.step(self.t, dict(self.sent), remaining))
+
+
+def even_truth_rate(truth: Truth) -> float:
+    return sum(truth.rate(n, d) for n, d in truth.loop.even_counts.items())
+
+
+def test_the_loop_starts_even_and_moves_nothing_before_every_job_trained_a_batch():
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0))
+    loop.target = {"a": 12, "b": 2, "c": 2}
+    assert loop.reset(0.0, {"a": B, "b": B, "c": B}) == {"a": 6, "b": 5, "c": 5}
+    for t in range(1, 40):  # c never trains a batch (its start-up): nothing moves
+        loop.beat(t, "a", 10 * t, True)
+        loop.beat(t, "b", 10 * t, True)
+        loop.beat(t, "c", 0, True)
+        assert loop.step(t, {"a": 6, "b": 5, "c": 5}) == {}
+    assert loop.phase == "start" and loop.even_rate is None
+
+
+def test_a_move_the_node_measures_worse_is_moved_back_and_not_tried_again():
+    """The model wants 12/2/2; the truth's jobs cannot use more than 5 workers each (a
+    ceiling the model does not know): the first move loses 2 workers' worth, is measured,
+    and goes back; the node ends at the even split and stays there."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
+    loop.target = {"a": 12, "b": 2, "c": 2}
+    truth = Truth(loop, lambda n, d: PER_WORKER * min(d, 5), ["a", "b", "c"])
+    truth.run(60)
+    assert truth.sent == {"a": 6, "b": 5, "c": 5}
+    reverted = [e for e in loop.events if e[1] == "loop_reverted"]
+    assert reverted and reverted[0][2]["after"] < reverted[0][2]["before"]
+    assert not [e for e in loop.events if e[1] == "loop_kept"]
+    # tried each way once at most (the pairs toward the plan), then never again
+    moves = [h for h in truth.history[1:] if h[1]["a"] > 6]
+    assert 1 <= len(moves) <= 2
+    # never below the even split's rate for longer than a trial (cold start + two windows)
+    low = [t for t, r in truth.node if r < 0.97 * even_truth_rate(truth)]
+    assert len(low) * truth.dt <= 2 * (truth.delay + 2 * loop.settings.window_s)
+
+
+def test_a_move_the_node_measures_better_is_kept():
+    """The truth agrees with the model here (job a loads 2x per worker): the loop walks all
+    the way to the plan, each move kept."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
+    loop.target = {"a": 12, "b": 2, "c": 2}
+    truth = Truth(loop, lambda n, d: PER_WORKER * d * (2 if n == "a" else 1), ["a", "b", "c"])
+    truth.run(80)
+    assert truth.sent == {"a": 12, "b": 2, "c": 2}
+    kept = [e[2] for e in loop.events if e[1] == "loop_kept"]
+    assert sum(k["workers"] for k in kept) == 6 and all(k["workers"] <= 2 for k in kept)
+    assert not [e for e in loop.events if e[1] in ("loop_reverted", "loop_guard")]
+
+
+def test_the_guard_returns_to_even_when_small_losses_add_up_and_holds_it():
+    """Each move alone loses ~2 % (within the tolerance, so each is kept), but together they
+    leave the node more than 3 % below its even split: the guard goes back to even within
+    two windows of the second loss and holds it."""
+    def rate(n, d):  # a's workers past 6 load 85 % as much each: each move of 2 costs ~2 %
+        return PER_WORKER * (min(d, 6) + 0.85 * max(d - 6, 0)) if n == "a" \
+            else PER_WORKER * d
+    settings = LoopSettings(window_s=2.0, dwell_s=0.0, hold_s=30.0)
+    loop = ClosedLoop(16, settings)
+    loop.target = {"a": 12, "b": 2, "c": 2}
+    truth = Truth(loop, rate, ["a", "b", "c"])
+    truth.run(70)
+    guard = [e for e in loop.events if e[1] == "loop_guard"]
+    assert guard and truth.sent == {"a": 6, "b": 5, "c": 5}
+    # bounded: from the first window the node was > 3 % below even to the guard's resize
+    even = even_truth_rate(truth)
+    first_low = next(t for t, r in truth.node if r < 0.97 * even)
+    back = next(t for t, counts in truth.history if t > first_low and counts["a"] == 6)
+    assert back - first_low <= settings.guard_windows * settings.window_s + 2 * settings.window_s
+    # held: no move for hold_s after it
+    assert all(counts["a"] == 6 for t, counts in truth.history if back <= t < back + 25)
+
+
+def test_a_jobs_resizes_are_a_dwell_apart():
+    loop = ClosedLoop(16, LoopSettings(window_s=1.0, dwell_s=10.0))
+    loop.target = {"a": 12, "b": 2, "c": 2}
+    truth = Truth(loop, lambda n, d: PER_WORKER * d * (2 if n == "a" else 1), ["a", "b", "c"])
+    truth.run(60)
+    times = [t for t, counts in truth.history[1:]]
+    assert len(times) >= 2
+    assert all(b - a >= 10.0 - 1e-9 for a, b in zip(times, times[1:], strict=False))
+
+
+def test_no_worker_goes_to_a_job_that_ends_before_its_trial_could_pay_back():
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
+    loop.target = {"a": 12, "b": 2, "c": 2}
+    truth = Truth(loop, lambda n, d: PER_WORKER * d * (2 if n == "a" else 1), ["a", "b", "c"])
+    # a has 3 s of samples left at its rate: a trial (settle + window) could not pay back
+    truth.run(40, remaining={"a": 3 * PER_WORKER * 12, "b": 1e9, "c": 1e9})
+    assert truth.sent == {"a": 6, "b": 5, "c": 5}
+
+
+# -- the scheduler, closed, on a truth the model gets wrong ---------------------------------
+
+FEATURES = {"batch_size": B, "gpus": 1, "flops_g": 0.04, "params_m": 0.27}  # smResnet20-like
+
+
+def test_the_scheduler_under_ftf_keeps_the_node_at_its_even_split_when_the_model_is_wrong(
+        paper_model):
+    """ftf plans one job most of the node (the model says a small model trains fast); the
+    truth caps each job at 5 workers' worth. Closed, the daemon starts even, tries the plan
+    move by move, measures each as worse and moves it back: the node ends at the even split
+    and never spends more than a trial below it."""
+    now = [1000.0]
+    sched = Scheduler(capacity=16, gpus=3, policy="ftf", model=paper_model,
+                      tokens=TokenDigest(b"k" * 32), arrival_window_s=1.0,
+                      completion_window_s=1.0, heartbeat_s=0.5, lost_timeout_s=5.0,
+                      max_jobs_per_gpu=1, clock=lambda: now[0], closed_loop=True)
+    names = ["j-000001", "j-000002", "j-000003"]
+    for i, name in enumerate(names):
+        sched.add(LiveJob(name, sched.tokens.digest(f"t-{name}"), B, 1, FEATURES["flops_g"],
+                          FEATURES["params_m"], 400 * (i + 1), submitted=now[0]))
+    now[0] += 1.0
+    out = sched.tick()
+    assert sorted(j.id for j in out.launch) == names
+    applied, done, seq = {}, dict.fromkeys(names, 0.0), {}
+    for name in names:
+        got = sched.message(name.encode(), Register(
+            job=name, token=f"t-{name}", pid=1, features=JobFeatures(model="smResnet20",
+                                                                    iterations=400,
+                                                                    **FEATURES)))
+        alloc = [m for k, m in got.send + got.reply if isinstance(m, Allocation)][0]
+        applied[name], seq[name] = alloc.workers, alloc.seq
+    assert sorted(applied.values()) == [5, 5, 6]  # the even split, whatever ftf planned
+
+    pending: list[tuple[float, str, int, int]] = []
+    low = 0
+
+    def rate(d: int) -> float:
+        return PER_WORKER * min(d, 5)
+
+    even = sum(rate(d) for d in applied.values())
+    for _ in range(200):  # 100 s
+        now[0] += 0.5
+        for item in [p for p in pending if p[0] <= now[0]]:
+            _, name, d, s = item
+            applied[name], seq[name] = d, s
+            pending.remove(item)
+        node = sum(rate(d) for d in applied.values())
+        low = low + 1 if node < 0.97 * even else 0
+        assert low * 0.5 <= 2 * (1.0 + 2 * sched.loop.settings.window_s)
+        outs = []
+        for name in names:
+            done[name] += rate(applied[name]) * 0.5 / B
+            outs.append(sched.message(name.encode(), Heartbeat(
+                job=name, token=f"t-{name}", iteration=int(done[name]), step_s=0.005,
+                data_wait_s=max(B / rate(applied[name]) - 0.005, 0.0),
+                samples_per_s=rate(applied[name]), workers=applied[name],
+                applied_seq=seq[name])))
+        outs.append(sched.tick())
+        for o in outs:
+            for name, msg in o.send:
+                if isinstance(msg, Resize):
+                    pending.append((now[0] + 1.0, name, msg.workers, msg.seq))
+    assert sorted(applied.values()) == [5, 5, 6]
+    assert sched.loop.even_rate is not None
+
+
+def test_a_job_resumed_alone_gets_the_even_split_back(paper_model):
+    """Paused, the node runs no job; resumed, it is a new set of one: the whole node."""
+    now = [1000.0]
+    sched = Scheduler(capacity=8, gpus=1, policy="ftf", model=paper_model,
+                      tokens=TokenDigest(b"k" * 32), arrival_window_s=1.0,
+                      completion_window_s=1.0, heartbeat_s=0.5, lost_timeout_s=5.0,
+                      clock=lambda: now[0], closed_loop=True)
+    name = "j-000001"
+    sched.add(LiveJob(name, sched.tokens.digest("t"), B, 1, FEATURES["flops_g"],
+                      FEATURES["params_m"], 1000, submitted=now[0]))
+    now[0] += 1.0
+    sched.tick()
+    sched.message(b"c", Register(job=name, token="t", pid=1, features=JobFeatures(
+        model="smResnet20", iterations=1000, **FEATURES)))
+    assert sched.jobs[name].workers == 8
+    sched.pause(name)
+    sched.message(b"c", Paused(job=name, token="t", seq=sched.jobs[name].seq))
+    now[0] += 0.1
+    sched.tick()
+    assert sched.jobs[name].workers == 0
+    sched.resume(name)
+    assert sched.jobs[name].workers == 1  # it runs again at once, with one worker ...
+    now[0] += 0.1
+    out = sched.tick()
+    assert sched.jobs[name].workers == 8  # ... and the next decision gives it the node
+    assert [m.workers for k, m in out.send if isinstance(m, Resize)] == [8]
