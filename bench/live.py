@@ -71,6 +71,7 @@ class LiveConfig:
     window_s: float = 2.0
     heartbeat_s: float = 0.5
     timeout_s: float = 900.0
+    loading_rounds: int = 3  # L(D) measured this often (medians)
     surface_rounds: int = 2  # the contention surface measured this often (0: not at all)
     surface_window_s: float = 1.5  # seconds each of its points is timed
 
@@ -148,10 +149,11 @@ def measured_profile(cfg: LiveConfig, data: Path, out: Path, trace: Trace, cuda:
     dataset = SyntheticJPEGDataset(data, size=100_000, images=cfg.images,
                                    crop=live_crop(cfg, cuda))
     counts = list(range(1, capacity + 1))
-    if cfg.mix == GPU_NODE_NAME:  # virtual cores load slowly: every other count past 4
+    if cfg.mix == GPU_NODE_NAME or cfg.loading_rounds < 3:  # every other count past 4
         counts = sorted({*range(1, 5), *range(4, capacity + 1, 2), capacity})
     samples = measure_loading(dataset, counts, batch_size=32, batches=12,
-                              rounds=3, progress=progress, every_round=True)  # noise: the table
+                              rounds=cfg.loading_rounds, progress=progress, every_round=True,
+                              device="cuda" if cuda else None)  # noise: the table
     surface = measure_contention(dataset, surface_grid(cfg, trace, capacity), batch_size=32,
                                  window_s=cfg.surface_window_s, rounds=cfg.surface_rounds,
                                  progress=progress) if cfg.surface_rounds > 0 else []
@@ -297,7 +299,8 @@ def _daemon_run(cfg: LiveConfig, policy: str, round_: int, root: Path, profile: 
     by_name = {j["name"]: j for j in measured.pop("jobs")}
     for job in result["jobs"]:
         job.update({k: by_name[job["name"]][k] for k in (
-            "start_s", "end_s", "jct_s", "rate", "throughput", "elapsed_s", "wait_s")})
+            "start_s", "end_s", "jct_s", "rate", "throughput", "elapsed_s", "wait_s",
+            "progress")})
     return result | measured
 
 

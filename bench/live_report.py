@@ -33,7 +33,8 @@ import psutil
 from adloader.host.atomic import atomic_path, write_json
 from adloader.version import __version__
 
-SUMMARY_COLUMNS = ["setting", "makespan s", "first batch s", "node samples/s", "× {ref}",
+SUMMARY_COLUMNS = ["setting", "makespan s", "first batch s", "node samples/s",
+                   "while all train", "× {ref}",
                    "spread", "× best fixed", "× requested", "mean JCT ×", "worst job JCT ×",
                    "Σ samples/s", "Σ ×",
                    "memory MB", "overhead CPU/s", "after start", "of it, resizes", "reallocs",
@@ -48,7 +49,9 @@ def summary_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
         return f"{r[key]:.3f}" if key in r else "—"
 
     rows = [[r["policy"], f"{r['makespan_s']:.1f}", f"{r.get('first_batch_s') or 0:.2f}",
-             f"{r.get('node_rate') or 0:.0f}", f"{r['makespan_paired']:.3f}",
+             f"{r.get('node_rate') or 0:.0f}",
+             f"{r['steady_rate']:.0f}" if r.get("steady_rate") else "—",
+             f"{r['makespan_paired']:.3f}",
              f"{r['spread'][0]:.2f}–{r['spread'][1]:.2f}", vs(r, "makespan_vs_best_fixed"),
              vs(r, "makespan_vs_requested"), f"{r['jct_paired']:.3f}",
              f"{r['worst_jct_paired']:.3f}", f"{r['aggregate_throughput']:.0f}",
@@ -230,7 +233,9 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
         "before it: processes, imports, the daemon's arrival settle); node samples/s: every "
         "job's samples over the time from then to the last batch (the node's own rate; Σ of "
         "the jobs' own training-loop rates, beside it, is not one: it rises when jobs run "
-        "one after another), memory the peak Σ PSS of every "
+        "one after another); while all train: the node's rate from the last job's first "
+        "batch to the first job's last (the steady state, from each job's progress every "
+        "0.5 s), memory the peak Σ PSS of every "
         "process of the run, overhead the CPU-seconds of the daemon (its start-up left out), "
         "supervisors and masters per training-second; after start: the same without the "
         "daemon's fitting worker's start (its scikit-learn import, once a busy period), as the "

@@ -13,7 +13,8 @@ FIXED = tuple(f"no daemon: {s}" for s in FIXED_SETTINGS)  # as the simulator's f
 # issue 23's targets for a policy under the daemon, on medians of paired ratios
 TARGETS = {"makespan_vs_best_fixed": ("<=", 1.00), "makespan_vs_requested": ("<=", 0.95),
            "jct_vs_best_fixed": ("<=", 1.00)}
-KEYS = ("aggregate_throughput", "makespan_s", "first_batch_s", "node_rate", "mean_jct_s",
+KEYS = ("aggregate_throughput", "makespan_s", "first_batch_s", "node_rate", "steady_rate",
+        "mean_jct_s",
         "worst_jct_s", "memory_mb",
         "overhead_cpu_per_training_s", "overhead_after_start_cpu_per_training_s",
         "overhead_resizes_cpu_per_training_s", "reallocations")

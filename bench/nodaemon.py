@@ -142,6 +142,30 @@ class RunWatch:
         return out
 
 
+def steady_rate(jobs: list[dict]) -> float | None:
+    """The node's rate while every job trains: Σ of each job's samples between the last
+    job's first batch and the first job's last batch, over that time, from the jobs' own
+    progress (``progress``: (wall clock, batches), interpolated); None when that window is
+    under a second or a report has no progress."""
+    marks = [j.get("progress") or [] for j in jobs]
+    if not jobs or any(len(m) < 2 for m in marks):
+        return None
+    since = max(m[0][0] for m in marks)
+    until = min(m[-1][0] for m in marks)
+    if until - since < 1.0:
+        return None
+
+    def at(m, t):
+        for (ta, a), (tb, b) in zip(m, m[1:], strict=False):
+            if ta <= t <= tb:
+                return a + (b - a) * (t - ta) / max(tb - ta, 1e-9)
+        return float(m[-1][1]) if t >= m[-1][0] else float(m[0][1])
+
+    samples = sum((at(m, until) - at(m, since)) * j["batch_size"]
+                  for m, j in zip(marks, jobs, strict=True))
+    return round(samples / (until - since), 3)
+
+
 def summarise(jobs: list[dict], t0: float, watch: RunWatch, once_cpu_s: float = 0.0) -> dict:
     """The run in the shape every row shares (``replay``'s keys, from the jobs' reports).
     ``once_cpu_s``: what of the overhead is paid once a busy period, not per training-second
@@ -164,6 +188,7 @@ def summarise(jobs: list[dict], t0: float, watch: RunWatch, once_cpu_s: float = 
     return {"jobs": jobs, "makespan_s": round(last, 3),
             "first_batch_s": first,  # start-up: the node trains from here on
             "node_rate": round(samples / max(last - first, 1e-9), 3),  # from then to the end
+            "steady_rate": steady_rate(jobs),
             "mean_jct_s": round(statistics.mean(j["jct_s"] for j in jobs), 3),
             "worst_jct_s": round(max(j["jct_s"] for j in jobs), 3),
             "aggregate_throughput": round(sum(j["rate"] for j in jobs), 3),

@@ -71,6 +71,7 @@ def measure_loading(
     rounds: int = 1,
     every_round: bool = False,
     progress: Progress | None = None,
+    device: str | None = None,
 ) -> list[LoadingSample]:
     """λ(d) in samples/s for each d: the job owns all the node's workers (d = D).
 
@@ -78,7 +79,8 @@ def measure_loading(
     the pool) are not timed. Workers return batches in turn, so the timed ``batches`` are
     rounded up to a multiple of d: every worker contributes the same number of batches.
     With ``rounds`` > 1 the sweep over d is repeated and each d keeps its median, so a
-    burst of load from elsewhere on the node spoils one round, not one d.
+    burst of load from elsewhere on the node spoils one round, not one d. With ``device``
+    the consumer copies each batch there (and waits for the copy), as a trainer does.
     """
     workers_list = list(workers_list) if workers_list is not None else default_workers()
     if not workers_list or min(workers_list) < 1:
@@ -99,7 +101,8 @@ def measure_loading(
     rates: dict[int, list[float]] = {d: [] for d in workers_list}
     for r in range(rounds):
         for d, skip, timed in plan:
-            rate = _loading_rate(dataset, d, batch_size, skip, timed, multiprocessing_context)
+            rate = _loading_rate(dataset, d, batch_size, skip, timed, multiprocessing_context,
+                                 device)
             rates[d].append(rate)
             if progress:
                 progress(f"loading d={d} (round {r + 1}/{rounds}): {rate:.1f} samples/s")
@@ -117,7 +120,8 @@ def median_loading(samples: list[LoadingSample]) -> list[LoadingSample]:
 
 
 def _loading_rate(
-    dataset: Dataset, workers: int, batch_size: int, skip: int, timed: int, context: str
+    dataset: Dataset, workers: int, batch_size: int, skip: int, timed: int, context: str,
+    device: str | None = None,
 ) -> float:
     with warnings.catch_warnings():  # more workers than cores is the point of the sweep
         warnings.filterwarnings("ignore", message=".*worker processes in total.*")
@@ -138,11 +142,23 @@ def _loading_rate(
         start = time.perf_counter()
         count = 0
         for _ in range(timed):
-            count += len(next(it)[1])
+            batch = next(it)
+            if device is not None:
+                _to_device(batch, device)
+            count += len(batch[1])
         elapsed = time.perf_counter() - start
     finally:
         del it  # the iterator's finaliser stops its worker pool now
     return count / elapsed
+
+
+def _to_device(batch, device: str) -> None:
+    """Copy a batch's tensors to ``device`` from pageable memory and wait for the copy."""
+    for t in batch:
+        if isinstance(t, torch.Tensor):
+            t.to(device)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def _train_step_seconds(

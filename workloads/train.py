@@ -165,6 +165,7 @@ def main(argv=None) -> int:
                                        gpus=args.gpus, iterations=args.iterations, state=state)
     done, epoch, waited = 0, 0, 0.0
     start_wall, start = time.time(), time.perf_counter()
+    progress, marked = [], start  # (wall clock, batches trained) every PROGRESS_S
     if baseline:
         loader.changed_at[0] = (start_wall, loader.workers)
     while done < args.iterations:
@@ -194,6 +195,9 @@ def main(argv=None) -> int:
                 emulate_step(step_s, gpu_ids)
             step_s_taken = time.perf_counter() - t_step
             done += 1
+            if done == 1 or t_step - marked >= PROGRESS_S:
+                marked = t_step
+                progress.append((round(start_wall + t_step + step_s_taken - start, 3), done))
             if done >= args.iterations:
                 batches.close()
                 break
@@ -212,10 +216,14 @@ def main(argv=None) -> int:
                               "workers_at": loader.changed_at if baseline else None,
                               "master_cpu_s": job.cpu_s() if job is not None else 0.0,
                               "master_gc_s": job.gc_s() if job is not None else 0.0,
-                              "master_resize_cpu_s": job.resize_cpu_s() if job else 0.0})
+                              "master_resize_cpu_s": job.resize_cpu_s() if job else 0.0,
+                              "progress": [*progress, (round(start_wall + elapsed, 3), done)]})
     if job is not None:
         job.finish(0)
     return 0
+
+
+PROGRESS_S = 0.5  # the report's progress: (time, batches trained) this often
 
 
 def _timed(loader):

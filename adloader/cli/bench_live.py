@@ -45,6 +45,10 @@ def _baselines(text: str) -> tuple[str, ...]:
 
 
 def live_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kit", action="store_true",
+                   help="the GPU run kit's plan, sized for a machine lent 15 minutes: the "
+                        "profile in about a minute, then ftf and the even split, 2 rounds, "
+                        "500 iterations a job (docs/gpu/README.md); flags given still apply")
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds of every policy (default 4)")
     p.add_argument("--iterations-scale", dest="iterations_scale", type=float, default=None,
@@ -76,6 +80,14 @@ def live_flags(p: argparse.ArgumentParser) -> None:
                         "tables), timeline.png, machine.json, live.json — the GPU run kit")
 
 
+# the GPU run kit's plan (--kit), sized for a machine lent for 15 minutes, each command at
+# most 10: the profile in about a minute (L(D) once, on every other count past 4, each batch
+# copied to the GPU; no contention surface), then the default policy and the even split,
+# 2 rounds, each job 500 iterations (about a minute a run on one H100 with 16 cores)
+KIT = {"policies": ("ftf",), "baselines": ("even",), "rounds": 2, "iterations_scale": 1.0,
+       "loading_rounds": 1, "surface_rounds": 0}
+
+
 def _live_config(args):
     """The LiveConfig the flags ask for (--quick: two policies, a short run), checked."""
     from adloader.bench.live import LiveConfig
@@ -86,6 +98,8 @@ def _live_config(args):
                                                                  "autotune"),
                          iterations_scale=0.03, rounds=1, surface_rounds=1,
                          surface_window_s=0.5)
+    elif args.kit:
+        cfg = LiveConfig(**KIT)
     if args.workers is not None and len(args.workers) != 1:
         raise InputError("bench live: --workers takes one count")
     given = {"rounds": args.rounds, "iterations_scale": args.iterations_scale,

@@ -206,3 +206,32 @@ def test_a_no_daemon_run_gets_its_timeline_from_the_jobs_own_reports():
     at = {e["t_s"]: e["workers"] for e in timeline}
     assert at[1.5] == {"b": 3} and at[2.0] == {"a": 1, "b": 3} and at[5.0] == {"a": 2, "b": 3}
     assert at[6.0] == {"a": 2} and at[9.0] == {}
+
+
+def test_the_steady_rate_is_the_nodes_while_every_job_trains():
+    """From the last job's first batch (t=2) to the first job's last (t=6): a trains
+    10 batches a second there, b 5; batches of 4 samples."""
+    from adloader.bench.nodaemon import steady_rate
+
+    a = {"batch_size": 4, "progress": [[0.0, 1], [2.0, 21], [6.0, 61], [8.0, 81]]}
+    b = {"batch_size": 4, "progress": [[2.0, 1], [4.0, 11], [7.0, 26]]}
+    c = {"batch_size": 4, "progress": [[1.0, 1], [6.0, 51]]}
+    assert steady_rate([a, b, c]) == pytest.approx(4 * (10 + 5 + 10))
+    assert steady_rate([a, {"batch_size": 4, "progress": [[5.5, 1], [6.2, 8]]}]) is None
+    assert steady_rate([a, {"batch_size": 4}]) is None  # a report without progress
+
+
+def test_the_kit_plan_fits_a_lent_machine():
+    """--kit: ftf against the even split, 2 rounds, 500 iterations a job, L(D) once and no
+    contention surface; a flag given still applies."""
+    import argparse
+
+    from adloader.cli.bench_live import _live_config, live_flags
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    live_flags(p)
+    cfg = _live_config(p.parse_args(["--kit"]))
+    assert (cfg.policies, cfg.baselines, cfg.rounds) == (("ftf",), ("even",), 2)
+    assert (cfg.iterations_scale, cfg.loading_rounds, cfg.surface_rounds) == (1.0, 1, 0)
+    assert _live_config(p.parse_args(["--kit", "--rounds", "3"])).rounds == 3
