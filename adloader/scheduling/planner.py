@@ -93,21 +93,19 @@ def place_in_order(jobs: Sequence[tuple[str, int]], gpus: int,
 
 
 def solo_rates(jobs: Sequence[PlanJob], model: ThroughputModel) -> dict[str, float]:
-    """min(C_j, c_i · B·F_μ) of each job alone on its GPUs, samples/s: no worker lifts a job
-    past what its training loop takes in (``adloader.scheduling.intake``)."""
-    out = {}
-    for j in jobs:
-        rate = j.rate_scale * model.training_throughput(j.batch_size, j.gpus, j.flops_g,
-                                                        j.params_m)
-        out[j.name] = min(rate, j.intake) if j.intake > 0 else rate
-    return out
+    """c_i · B·F_μ of each job alone on its GPUs, samples/s."""
+    return {j.name: j.rate_scale * model.training_throughput(j.batch_size, j.gpus, j.flops_g,
+                                                             j.params_m) for j in jobs}
 
 
 def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
             model: ThroughputModel, table: np.ndarray,
             workers: Mapping[str, int] | None = None,
             solo: Mapping[str, float] | None = None) -> list[JobDemand]:
-    """c_i · B·F_μ of each job, cut to its predicted fair share of the GPUs it shares.
+    """c_i · B·F_μ of each job, cut to its predicted fair share of the GPUs it shares, then
+    to its measured intake ceiling C_j where known (no worker lifts a job past what its
+    training loop takes in, ``adloader.scheduling.intake``; C_j is measured beside the jobs
+    it shares its GPUs with, so it is not shared again).
 
     Each partner is taken to load as fast as any job could — or, given ``workers`` (a
     plan), as fast as its workers there let it: a starved partner leaves the GPU free.
@@ -120,7 +118,8 @@ def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
         loads = {k: float(table[node, min(d, node)]) for k, d in workers.items()}
     ceiling = gpu_ceilings({j.name: placement[j.name] for j in jobs}, mu,
                            float(table[capacity, capacity]), loads)
-    return [JobDemand(j.name, ceiling[j.name], j.params_m, j.requested,
+    return [JobDemand(j.name, min(ceiling[j.name], j.intake) if j.intake > 0
+                      else ceiling[j.name], j.params_m, j.requested,
                       remaining=j.remaining_samples) for j in jobs]
 
 
@@ -188,11 +187,15 @@ def plan(
         order = _order(active, wanted, float(table[capacity, capacity]))
         active, wanted = [active[i] for i in order], [wanted[i] for i in order]
         placement = out.gpu_ids
+        # with measured ceilings, a shadow (ftf's) takes each job's ceiling as given: what
+        # a job was measured to take in already holds its GPUs' sharing
+        measured = any(j.intake > 0 for j in active)
         workers, wanted = policy.decide(Decision(
             wanted, capacity, table, [j.length_known for j in active],
             lambda alloc: demands(active, placement, model, table, alloc, solo), now, window,
-            [j.started for j in active], [solo[j.name] for j in active],
-            [placement[j.name] for j in active]))
+            [j.started for j in active],
+            None if measured else [solo[j.name] for j in active],
+            None if measured else [placement[j.name] for j in active]))
         workers = _keep(active, wanted, workers, capacity, table, keep_threshold)
     else:
         fresh = [(j, d) for j, d in zip(active, wanted, strict=True) if not j.running]
