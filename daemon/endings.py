@@ -40,9 +40,11 @@ class EndingsMixin:
     def _release(self, job: LiveJob, kind: str, data: dict) -> Actions:
         was = job.workers
         job.workers = 0
+        out = Actions(changed=[job], events=[(job.id, kind, data)])
         if was and job.state == "running":
             self._open(self.completion_window_s)
-        return Actions(changed=[job], events=[(job.id, kind, data)])
+            out.extend(self.rebase())
+        return out
 
     def exited(self, job_id: str, exit_code: int | None, signal: int | None = None,
                tail: str | None = None, note: str | None = None) -> Actions:
@@ -95,6 +97,7 @@ class EndingsMixin:
             # a finish waits in the completion buffer; a lost or failed job frees its
             # workers at once (DESIGN.md: reclaimed and redistributed)
             self._open(self.completion_window_s if state == "finished" else 0.0)
+            out.extend(self.rebase())
         return out
 
     def cancel(self, job_id: str, signal: int | None = None) -> Actions:

@@ -359,12 +359,29 @@ class Scheduler(RegistrationMixin, EndingsMixin):
                                                  table[node, max(0, min(d, node))]))
         if set(planned) == loop.names:
             return {k: self.jobs[k].workers for k in planned}, []
-        counts = loop.reset(self.clock(), planned)
+        counts = loop.reset(self.clock(), planned,
+                            {k: self.max_workers(self.jobs[k]) for k in planned})
         for k in planned:  # C_j was measured beside other jobs: measured anew
             self.jobs[k].intake = IntakeCeiling()
         resized = [k for k in planned if k not in decision.launched
                    and self.jobs[k].workers != counts[k]]
         return counts, resized
+
+    def rebase(self) -> Actions:
+        """A job left the running set (it ended, paused or was lost): with the loop, the
+        others split the node evenly now; the policy's plan follows after the completion
+        window, as before."""
+        loop, out = self.loop, Actions()
+        running = {j.id: j for j in self._running()}
+        if loop is None or not running or set(running) == loop.names:
+            return out
+        counts = loop.reset(self.clock(), {k: j.batch_size for k, j in running.items()},
+                            {k: self.max_workers(j) for k, j in running.items()})
+        for job_id, job in running.items():
+            job.intake = IntakeCeiling()
+            if job.workers != counts[job_id]:
+                out.extend(self._resize(job, counts[job_id], "even"))
+        return out
 
     def loop_step(self) -> Actions:
         """The closed loop's move, judgement or guard, now (called from ``tick``)."""

@@ -71,7 +71,9 @@ def sim_options(parser: argparse.ArgumentParser, only: tuple[str, ...] = SIM_FLA
                              "(the profile's eq. 6 and perfect time-slicing, the TPM's own forms;"
                              " an ablation), published (published GPU measurements; "
                              "adloader/sim/truths), measured (the profile's contention "
-                             "surface for loading: adloader profile --contention) "
+                             "surface for loading: adloader profile --contention), gpu-node "
+                             "(model, each job capped at the intake ceiling a GPU node "
+                             "measured: adloader/sim/gpu_node.py) "
                              f"(default {DEFAULT_TRUTH})"),
     }
     for flag in SIM_FLAGS:

@@ -33,6 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
     window_s: float = 4.0  # a measuring window (at least 4 heartbeats: see ``for_heartbeat``)
+    # ... and long enough for the slowest job to train this many batches: heartbeats count
+    # whole batches, so a window of 10 batches reads a rate ±10 %
+    batches: int = 20
+    longest_s: float = 30.0  # the most a window is stretched for that
     settle_s: float = 1.0  # after a resize is applied, at least this before its window
     tolerance: float = 0.03  # a move stays unless the node's rate fell by more
     guard: float = 0.03  # below the even split's rate by more than this ...
@@ -80,6 +84,7 @@ class ClosedLoop:
         self.phase = "idle"  # start | even | steady | trial | held
         self.even_rate: float | None = None  # the node measured under the even split
         self.even_counts: dict[str, int] = {}
+        self.caps: dict[str, int | None] = {}
         self.rates: list[float] = []  # the steady windows' node rates, newest last
         self.window_from = 0.0
         self.low = 0  # windows in a row below the guard
@@ -94,21 +99,36 @@ class ClosedLoop:
     def names(self) -> set[str]:
         return set(self.jobs)
 
-    def even(self, names: Sequence[str]) -> dict[str, int]:
-        """The node's workers split evenly over ``names`` (the first in order get the rest);
-        at least one each."""
-        names = sorted(names)
-        if not names:
-            return {}
-        share, rest = divmod(self.capacity, len(names))
-        return {n: max(1, share + (1 if i < rest else 0)) for i, n in enumerate(names)}
+    def even(self, names: Sequence[str],
+             caps: Mapping[str, int | None] | None = None) -> dict[str, int]:
+        """The node's workers split evenly over ``names`` (the first in order get the rest),
+        at least one each; a job with a cap (its part of the node's CPUs) at most that, what
+        it cannot take split over the others."""
+        names, caps = sorted(names), caps or {}
+        out: dict[str, int] = {}
+        left, free = self.capacity, list(names)
+        while free:
+            share, rest = divmod(left, len(free))
+            capped = [n for i, n in enumerate(free)
+                      if caps.get(n) is not None and caps[n] < share + (1 if i < rest else 0)]
+            if not capped:
+                out.update({n: share + (1 if i < rest else 0) for i, n in enumerate(free)})
+                break
+            for n in capped:
+                out[n] = caps[n]
+                left -= caps[n]
+                free.remove(n)
+        return {n: max(1, out[n]) for n in names}
 
-    def reset(self, now: float, batch_sizes: Mapping[str, int]) -> dict[str, int]:
-        """A new set of running jobs (name → batch size): the even split, measured anew."""
+    def reset(self, now: float, batch_sizes: Mapping[str, int],
+              caps: Mapping[str, int | None] | None = None) -> dict[str, int]:
+        """A new set of running jobs (name → batch size; ``caps``: the most workers a job
+        may have, where it has a most): the even split, measured anew."""
         self.jobs = {n: self.jobs.get(n) or _Job(b) for n, b in batch_sizes.items()}
         for job in self.jobs.values():
             job.applied = False
-        self.even_counts = self.even(list(batch_sizes))
+        self.caps = dict(caps or {})
+        self.even_counts = self.even(list(batch_sizes), self.caps)
         self.phase, self.even_rate, self.rates, self.low = "start", None, [], 0
         self.trial, self.rejected, self.kept, self.held_until = None, set(), set(), 0.0
         return dict(self.even_counts)
@@ -147,7 +167,7 @@ class ClosedLoop:
         if not beats:
             return None
         last = beats[-1][0]
-        return self.job_rate(name, last - 2 * self.settings.window_s, last)
+        return self.job_rate(name, last - 2 * self.window(), last)
 
     def node_rate(self, since: float, until: float) -> float | None:
         rates = [self.job_rate(n, since, until) for n in self.jobs]
@@ -159,7 +179,6 @@ class ClosedLoop:
         """The counts to send now (only the jobs that change; empty: nothing)."""
         if not self.jobs:
             return {}
-        s = self.settings
         if self.phase == "start":
             started = all(j.applied and j.beats and j.beats[-1][1] > 0
                           for j in self.jobs.values())
@@ -183,7 +202,7 @@ class ClosedLoop:
         if self.phase == "trial":
             return self._judge(now, current)
         # steady: a window, the guard, then perhaps a move
-        if now < self.window_from + s.window_s:
+        if now < self.window_from + self.window():
             return {}
         rate = self.node_rate(self.window_from, now)
         self.window_from = now
@@ -197,7 +216,7 @@ class ClosedLoop:
     def _window(self, now: float, since: float) -> float | None:
         """The node's rate over a window from ``since``, once it is over (None before; a
         window the beats did not cover starts again now)."""
-        if now < since + self.settings.window_s:
+        if now < since + self.window():
             return None
         rate = self.node_rate(since, now)
         if rate is None:
@@ -218,6 +237,22 @@ class ClosedLoop:
             if rate:
                 longest = max(longest, current.get(n, 1) * self.jobs[n].batch_size / rate)
         return min(max(s.settle_s, longest), 2 * s.window_s)
+
+    def window(self) -> float:
+        """A measuring window: ``window_s``, stretched (to ``longest_s`` at most) until the
+        slowest job trains ``batches`` batches in it at its rate over its last beats."""
+        s = self.settings
+        slowest = math.inf
+        for job in self.jobs.values():
+            beats = job.beats
+            if len(beats) >= 2 and beats[-1][0] > beats[0][0]:
+                recent = [b for b in beats if b[0] >= beats[-1][0] - 2 * s.longest_s]
+                (ta, ia), (tb, ib) = recent[0], recent[-1]
+                if tb > ta and ib > ia:
+                    slowest = min(slowest, (ib - ia) / (tb - ta))
+        if slowest == math.inf:
+            return s.window_s
+        return min(max(s.window_s, s.batches / slowest), max(s.longest_s, s.window_s))
 
     def _guard(self, now: float, rate: float, current: Mapping[str, int]) -> bool:
         s = self.settings
@@ -275,7 +310,7 @@ class ClosedLoop:
         rate = self.recent_rate(name)
         if not rate:
             return True
-        trial_s = self._settle(current, name) + self.settings.window_s
+        trial_s = self._settle(current, name) + self.window()
         return remaining[name] / rate >= self.settings.payback * trial_s
 
     def _judge(self, now: float, current: Mapping[str, int]) -> dict[str, int]:

@@ -87,3 +87,14 @@ def fitted_ratios() -> dict[str, tuple[float, float]]:
 
 
 GPU_NODE = GpuNode()
+
+
+def intake_ratio(model: str) -> float:
+    """r: a job's time outside ``next()`` a batch against one worker's decode time for one,
+    as measured on the GPU node (the mean of its two rounds), or for a model it did not run
+    the emulated trainer's uncontended costs scaled as the measured models' are."""
+    fitted = fitted_ratios()
+    if model in fitted:
+        return sum(fitted[model]) / 2
+    scale = sum(sum(v) / 2 / GPU_NODE.outside_next(m) for m, v in fitted.items()) / len(fitted)
+    return GPU_NODE.outside_next(model) * scale

@@ -22,6 +22,7 @@ from adloader.config import ARRIVAL_SETTLE_S
 from adloader.errors import InputError
 from adloader.models import features
 from adloader.scheduling import correction
+from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
 from adloader.scheduling.gpushare import iteration_rates
 from adloader.scheduling.planner import PlanJob, admit, plan
 from adloader.scheduling.policies import get_policy
@@ -90,6 +91,10 @@ class SimConfig:
     # the ground truth of steps and GPU sharing (adloader.sim.truth): model, eq. 6 and perfect
     # time-slicing (the TPM's own forms, the ablation); published, published measurements
     truth: str = DEFAULT_TRUTH
+    # the daemon's closed loop (adloader.scheduling.closed_loop): even split first, each move
+    # toward the plan kept only if the node's measured rate did not fall; heartbeats this often
+    closed_loop: bool = False
+    heartbeat_s: float = 0.5
 
 
 @dataclass
@@ -203,6 +208,14 @@ class Simulator:
         self.reallocations = 0
         self.flush_at: float | None = None
         self.gpu_busy = self.gpu_held = 0.0
+        # each job's intake ceiling (samples/s) where the truth has one: its rate's cap
+        intake = getattr(self.truth, "intake", None)
+        self.intake = {j.name: intake(j.spec.model) for j in self.jobs} if intake else {}
+        self.loop = ClosedLoop(self.capacity, LoopSettings().for_heartbeat(
+            self.cfg.heartbeat_s)) if self.cfg.closed_loop else None
+        self.next_beat = math.inf
+        self.beaten: set[str] = set()  # jobs the loop has heard: their C_j is measured
+        self.node_rates: list[tuple[float, float]] = []  # (time, the truth's node rate)
 
     # -- scheduler (the real decision code: adloader.scheduling.planner) ------------------------
     def _running(self) -> list[SimJob]:
@@ -223,15 +236,15 @@ class Simulator:
                         window=self.completion_window)
         for name in decision.queued:
             by_name[name].state = "queued"
-        for name in decision.resized:
-            job = by_name[name]
-            job.workers = decision.workers[name]
-            job.paused_until = self.t + self.realloc_cost
-            self.reallocations += 1
+        counts, resized = decision.workers, decision.resized
+        if self.loop is not None:
+            counts, resized = self._loop_counts(decision, by_name)
+        for name in resized:
+            self._resize(by_name[name], counts[name])
         for name in decision.launched:
             job = by_name[name]
             job.state, job.start_s = "running", self.t
-            job.workers = job.workers_initial = decision.workers[name]
+            job.workers = job.workers_initial = counts[name]
             job.gpu_ids = decision.gpu_ids[name]
             if self.cfg.correct:  # the daemon skips a job's warm-up steps
                 job.observe_at = self.t + max(self.cfg.observe_s, self.cfg.warmup_s)
@@ -240,20 +253,79 @@ class Simulator:
         if not decision.launched and not decision.resized and not running:
             return
         self.events.append({"t_s": round(self.t, 3), "kind": "plan",
-                            "resized": decision.resized, "launched": decision.launched})
+                            "resized": resized, "launched": decision.launched})
         self._record()
+
+    def _resize(self, job: SimJob, workers: int) -> None:
+        job.workers = workers
+        job.paused_until = self.t + self.realloc_cost
+        self.reallocations += 1
+        if self.loop is not None:
+            self.loop.resized(self.t, job.name)
+
+    def _loop_counts(self, decision, by_name) -> tuple[dict[str, int], list[str]]:
+        """The daemon's rule (``Scheduler._loop_counts``): a new set of jobs starts from the
+        even split; the plan is the loop's target."""
+        loop, table = self.loop, self.table
+        loop.target = dict(decision.workers)
+        node = min(sum(decision.workers.values()), self.capacity)
+        ceiling = dict(decision.ceiling)
+        loop.predict = lambda name, d: float(min(ceiling.get(name, 0.0),
+                                                 table[node, max(0, min(d, node))]))
+        planned = {k: by_name[k].spec.batch_size for k in decision.workers}
+        if set(planned) == loop.names:
+            return {k: by_name[k].workers for k in planned}, []
+        counts = loop.reset(self.t, planned)
+        self.beaten -= set(planned)  # C_j measured beside other jobs: measured anew
+        resized = [k for k in planned if k not in decision.launched
+                   and by_name[k].workers != counts[k]]
+        return counts, resized
+
+    def _rebase(self) -> None:
+        """A job ended: with the loop, the others split the node evenly now (the daemon's
+        ``Scheduler.rebase``); the plan follows after the completion window."""
+        running = self._running()
+        if self.loop is None or not running or {j.name for j in running} == self.loop.names:
+            return
+        counts = self.loop.reset(self.t, {j.name: j.spec.batch_size for j in running})
+        self.beaten -= set(counts)
+        for j in running:
+            if j.workers != counts[j.name]:
+                self._resize(j, counts[j.name])
+
+    def _beat(self) -> None:
+        """Every running job's heartbeat; the loop's move, judgement or guard."""
+        running = self._running()
+        for j in running:
+            self.loop.beat(self.t, j.name, int(j.done), j.paused_until <= self.t + EPS)
+            if j.name not in self.beaten and j.done >= 1:
+                self.beaten.add(j.name)  # a first C_j: the plan the loop walks toward
+                self._open_window(0.0)
+        if running and {j.name for j in running} == self.loop.names:
+            counts = self.loop.step(self.t, {j.name: j.workers for j in running},
+                                    {j.name: (j.spec.iterations - j.done) * j.spec.batch_size
+                                     for j in running})
+            by_name = {j.name: j for j in running}
+            for name, workers in counts.items():
+                self._resize(by_name[name], workers)
+            if counts:
+                self._record()
+            self.events.extend({"t_s": round(self.t, 3), "kind": kind, **data}
+                               for _, kind, data in self.loop.events)
+            self.loop.events.clear()
 
     def _waiting(self) -> list[SimJob]:
         return sorted((j for j in self.jobs if j.state in ("buffered", "queued")),
                       key=lambda j: (j.spec.arrival_s, self.jobs.index(j)))
 
-    @staticmethod
-    def _views(jobs: list[SimJob]) -> list[PlanJob]:
+    def _views(self, jobs: list[SimJob]) -> list[PlanJob]:
         return [PlanJob(j.name, j.spec.batch_size, j.spec.gpus, j.flops_g, j.params_m,
                         (j.spec.iterations - j.done) * j.spec.batch_size, j.state == "running",
                         j.workers,
                         j.gpu_ids if j.state == "running" else tuple(j.spec.gpu_ids or ()),
-                        j.spec.workers, j.scale) for j in jobs]
+                        j.spec.workers, j.scale,
+                        intake=self.intake.get(j.name, 0.0) if j.name in self.beaten else 0.0)
+                for j in jobs]
 
     def _arrival_wait(self, job: SimJob) -> float:
         """The daemon's rule (``Scheduler._arrival_wait``): the settle when the planner would
@@ -286,9 +358,35 @@ class Simulator:
                                 surface.factors(workers) if surface is not None else None)
         if surface is not None:
             load = surface.rates(workers)
-            return gpu_rates(busy, lambda j: load[j.name])
+            return self._capped(gpu_rates(busy, lambda j: load[j.name]), busy)
         node = sum(workers.values())
-        return gpu_rates(busy, lambda j: self.profile.loading_rate(j.workers, node))
+        return self._capped(gpu_rates(busy, lambda j: self.profile.loading_rate(j.workers, node)),
+                            busy)
+
+    def _node_and_even(self) -> tuple[float, float]:
+        """Samples/s the node trains now, and would with its running jobs split evenly."""
+        running = self._running()
+
+        def rate() -> float:
+            now = self._rates()
+            return sum(now.get(j.name, 0.0) * j.spec.batch_size for j in running)
+
+        actual = rate()
+        kept = {j.name: j.workers for j in running}
+        even_counts = self.loop.even([j.name for j in running])
+        for j in running:
+            j.workers = even_counts[j.name]
+        even = rate()
+        for j in running:
+            j.workers = kept[j.name]
+        return actual, even
+
+    def _capped(self, rates: dict[str, float], jobs: list[SimJob]) -> dict[str, float]:
+        """Iterations/s, each job at most its intake ceiling where the truth has one."""
+        if not self.intake:
+            return rates
+        return {j.name: min(rates.get(j.name, 0.0), self.intake[j.name] / j.spec.batch_size)
+                for j in jobs}
 
     def run(self) -> SimResult:
         pending = sorted(self.jobs, key=lambda j: j.spec.arrival_s)
@@ -301,6 +399,10 @@ class Simulator:
                 horizon.append(arrivals[i])
             if self.flush_at is not None:
                 horizon.append(self.flush_at)
+            if self.loop is not None and self._running():
+                if self.next_beat == math.inf:
+                    self.next_beat = self.t + self.cfg.heartbeat_s
+                horizon.append(self.next_beat)
             for j in self._running():
                 if j.observe_at is not None:
                     horizon.append(j.observe_at)
@@ -320,6 +422,7 @@ class Simulator:
                     self.events.append({"t_s": round(self.t, 3), "kind": "finish",
                                         "job": j.name})
                     self._open_window(self.completion_window)
+                    self._rebase()
                     self._record()
             while i < len(pending) and arrivals[i] <= self.t + EPS:  # after the ends: their
                 pending[i].state = "buffered"  # GPUs are free, as in the daemon
@@ -329,6 +432,11 @@ class Simulator:
             if self.flush_at is not None and self.flush_at <= self.t + EPS:
                 self.flush_at = None
                 self._plan()
+            if self.loop is not None and self.next_beat <= self.t + EPS:
+                self.next_beat = self.t + self.cfg.heartbeat_s if self._running() else math.inf
+                self._beat()
+            if self.loop is not None:  # the node's rate from here on, and the even split's
+                self.node_rates.append((round(self.t, 3), *self._node_and_even()))
         return SimResult(self.cfg.policy, self.cfg.realloc, self.capacity, self.jobs,
                          self.timeline, self.reallocations, self.gpu_busy, self.gpu_held,
                          self.events)

@@ -12,6 +12,11 @@ the truth (``adloader.sim.synth``); the simulator runs time on the truth itself.
   contention surface (``loading_surface``, ``adloader profile --contention``), read by
   ``adloader.sim.loading_surface``; steps and GPU sharing as ``model`` (the profile's eq. 6,
   which is what a node that emulates its GPUs runs). It needs a profile with a surface.
+- ``gpu-node``: ``model``'s steps and loading, and each job's intake ceiling as measured on
+  a GPU node (``adloader.sim.gpu_node``): its training loop takes in at most L(1) ÷ r
+  samples/s, r its time outside ``next()`` a batch against one worker's decode time for one
+  (the H100 node's, under the even split: 0.13–0.17). The TPM does not know it; a daemon
+  measures it from heartbeats.
 
 Loading is the profile's L(D), λ = d/D · L(D), under ``model`` and ``published`` (whether or not
 the profile carries a surface: a truth is chosen by name, never by what the file holds); a
@@ -36,7 +41,7 @@ from adloader.sim.colocation import Colocation
 from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.loading_surface import LoadingSurface
 
-TRUTHS = ("model", "published", "measured")
+TRUTHS = ("model", "published", "measured", "gpu-node")
 DEFAULT_TRUTH = "model"
 PUBLISHED_FILE = "published-steps.json"
 
@@ -136,6 +141,28 @@ class PublishedTruth:
 
 
 @dataclass(frozen=True)
+class GpuNodeTruth(ProfileSteps):
+    """``model``'s steps and loading, each job capped at its intake ceiling."""
+
+    profile: DeviceProfile
+    name: str = "gpu-node"
+    colocation: Colocation | None = None
+    surface = None  # loading: the profile's d/D · L(D)
+
+    @property
+    def source(self) -> str:
+        return (f"profile {self.profile.name!r} (eq. 6 and L(D)), perfect GPU time-slicing; "
+                f"intake ceilings L(1) ÷ r, r the H100 node's time outside next() a batch "
+                f"against a worker's decode time for one (adloader/sim/gpu_node.py)")
+
+    def intake(self, model: str) -> float:
+        """C_j, samples/s: what ``model``'s training loop takes in at most."""
+        from adloader.sim.gpu_node import intake_ratio
+
+        return self.profile.node_loading_rate(1) / intake_ratio(model)
+
+
+@dataclass(frozen=True)
 class MeasuredTruth(ProfileSteps):
     """Loading from the profile's contention surface; steps the profile's eq. 6, perfect
     time-slicing (as ``model``)."""
@@ -175,6 +202,8 @@ def load_truth(name: str, profile: DeviceProfile):
         return ModelTruth(profile)
     if name == "measured":
         return measured_truth(profile)
+    if name == "gpu-node":
+        return GpuNodeTruth(profile)
     return published_truth()
 
 

@@ -222,7 +222,7 @@ def sharing_daemon(tmp_path, monkeypatch, request):
     rule = getattr(request, "param", "workers")
     d = Daemon(tmp_path / "state", capacity=4,
                extra=("--policy", "requested", "--cpu-shares", parent,
-                      "--cpu-share-rule", rule)).start()
+                      "--cpu-share-rule", rule, "--open-loop")).start()  # the plan's counts
     try:
         yield d, probe
     finally:

@@ -45,7 +45,8 @@ def shared_node(tmp_path, monkeypatch):
     # test_slurm_v2.py, Python runs many times slower: 5 s was not enough there)
     cluster = SlurmCluster(tmp_path / "slurm", kill_wait_s=20, oversubscribe=2).start()
     daemon = Daemon(tmp_path / "state", capacity=4,
-                    extra=("--policy", "requested", "--cpu-shares", parent)).start()
+                    extra=("--policy", "requested", "--cpu-shares", parent,
+                           "--open-loop")).start()  # weights follow the plan's own counts
     try:
         yield cluster, daemon, probe
     finally:

@@ -21,8 +21,8 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "mixes": SIM | {"--jobs", "--mixes", "--rate", "--floor-slot", "--placed-as-balance",
                    "--json"},
     "declared": {"--profile", "--seed", "--truth", "--floor-slot", "--mixes", "--json"},
-    "live": {"--quick", "--rounds", "--iterations-scale", "--crop", "--workers", "--policies",
-             "--baselines", "--report", "--member"}
+    "live": {"--quick", "--kit", "--rounds", "--iterations-scale", "--crop", "--workers",
+             "--policies", "--baselines", "--report", "--member"}
     | OUT,
     "api": {"--quick", "--masters", "--json"},
     "soak": {"--quick", "--jobs", "--json"},
@@ -67,7 +67,7 @@ def _bench_parsers() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
-SWITCHES = {"--quick", "--placed-as-balance"}  # flags that take no value
+SWITCHES = {"--quick", "--kit", "--placed-as-balance"}  # flags that take no value
 
 
 def _args(flag: str) -> list[str]:

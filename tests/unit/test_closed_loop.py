@@ -308,3 +308,28 @@ def test_a_job_resumed_alone_gets_the_even_split_back(paper_model):
     out = sched.tick()
     assert sched.jobs[name].workers == 8  # ... and the next decision gives it the node
     assert [m.workers for k, m in out.send if isinstance(m, Resize)] == [8]
+
+
+def test_a_window_is_long_enough_for_the_slowest_job_to_train_its_batches():
+    """Heartbeats count whole batches: a job training 2 batches a second needs 10 s for 20."""
+    loop = ClosedLoop(16, LoopSettings(window_s=4.0, batches=20, longest_s=30.0))
+    loop.reset(0.0, {"fast": B, "slow": B})
+    assert loop.window() == 4.0  # nothing measured yet
+    for k in range(1, 21):
+        t = 0.5 * k
+        loop.beat(t, "fast", 50 * k, True)
+        loop.beat(t, "slow", k, True)  # 2 batches a second
+    assert loop.window() == pytest.approx(10.0)
+    loop2 = ClosedLoop(16, LoopSettings(window_s=4.0, batches=20, longest_s=6.0))
+    loop2.reset(0.0, {"slow": B})
+    for k in range(1, 21):
+        loop2.beat(0.5 * k, "slow", k // 4, True)  # half a batch a second: capped
+    assert loop2.window() == 6.0
+
+
+def test_the_even_split_keeps_a_jobs_cap_and_gives_the_rest_to_the_others():
+    loop = ClosedLoop(16)
+    assert loop.even(["a", "b", "c"]) == {"a": 6, "b": 5, "c": 5}
+    assert loop.even(["a", "b", "c"], {"a": 2, "b": None}) == {"a": 2, "b": 7, "c": 7}
+    assert loop.even(["a", "b"], {"a": 3, "b": 4}) == {"a": 3, "b": 4}  # workers left idle
+    assert loop.reset(0.0, {"a": B, "b": B}, {"a": 1}) == {"a": 1, "b": 15}
