@@ -153,7 +153,7 @@ def measured_profile(cfg: LiveConfig, data: Path, out: Path, trace: Trace, cuda:
         counts = sorted({*range(1, 5), *range(4, capacity + 1, 2), capacity})
     samples = measure_loading(dataset, counts, batch_size=32, batches=12,
                               rounds=cfg.loading_rounds, progress=progress, every_round=True,
-                              device="cuda" if cuda else None)  # noise: the table
+                              device="cuda" if cuda and torch.cuda.is_available() else None)
     surface = measure_contention(dataset, surface_grid(cfg, trace, capacity), batch_size=32,
                                  window_s=cfg.surface_window_s, rounds=cfg.surface_rounds,
                                  progress=progress) if cfg.surface_rounds > 0 else []

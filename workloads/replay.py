@@ -127,7 +127,7 @@ def summarise(trace, ids, views, events, alloc, iterations, start) -> dict:
             current = {by_id[j]: w for j, w in e["data"]["workers"].items() if j in by_id}
         elif e["kind"] in ("resize", "revived", "attached"):
             current[by_id[e["job"]]] = e["data"]["workers"]
-        elif e["kind"] in FINAL:
+        elif e["kind"] in FINAL or e["kind"] == "finishing":  # its workers went back
             current.pop(by_id[e["job"]], None)
         else:
             continue

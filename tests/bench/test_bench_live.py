@@ -185,8 +185,9 @@ def _check_the_report(kit, result):
     assert machine["logical_cores"] >= 1 and machine["gpus"] == [] and machine["torch"]
     assert json.loads((kit / "live.json").read_text())["summary"] == result["summary"]
     for row in result["summary"]:  # every setting's row, with its paired makespan ratio
+        steady = f"{row['steady_rate']:.0f}" if row.get("steady_rate") else "—"
         assert (f"| {row['policy']} | {row['makespan_s']:.1f} | {row['first_batch_s']:.2f} | "
-                f"{row['node_rate']:.0f} | {row['makespan_paired']:.3f} |") in report
+                f"{row['node_rate']:.0f} | {steady} | {row['makespan_paired']:.3f} |") in report
     assert "GPU steps emulated" in report and "![" in report and "timeline.png" in report
     with Image.open(kit / "timeline.png") as png:
         width, height = png.size

@@ -195,6 +195,179 @@ def test_accelerate_save_state_carries_the_loader_and_load_state_resumes_exactly
     assert first + rest == whole
 
 
+PREPARED = """
+import json, os, sys
+import torch
+from accelerate import Accelerator
+from torch.utils.data import Dataset, SequentialSampler, Subset
+from adloader import ElasticDataLoader
+from adloader.client.accelerate import ElasticAccelerator
+from adloader.errors import InputError
+
+out, phase, save_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+class Numbers(Dataset):
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        return torch.full((4,), float(i)), i, os.getpid()
+
+def refusal(loader):
+    try:
+        accelerator.prepare(loader)
+    except InputError as e:
+        return str(e)
+
+early = ElasticDataLoader(Numbers(), batch_size=4, shuffle=True, seed=0)  # no process group yet
+accelerator = ElasticAccelerator(cpu=True)
+refused = [refusal(early), refusal(ElasticDataLoader(Numbers(), batch_size=4,
+                                                     sampler=SequentialSampler(range(96))))]
+net = torch.nn.Linear(4, 1)
+loader = ElasticDataLoader(Numbers(), batch_size=4, shuffle=True, seed=0, num_workers=1)
+model, optimizer, prepared = accelerator.prepare(
+    net, torch.optim.SGD(net.parameters(), lr=0.01), loader)
+if phase == "resume":
+    accelerator.load_state(out + "/state")
+batches = []
+while prepared.epoch < 2:
+    epoch = prepared.epoch
+    for x, idx, pid in prepared:
+        step = len(batches)
+        batches.append({"epoch": epoch, "idx": idx.tolist(), "pids": sorted(set(pid.tolist())),
+                        "device": x.device.type,
+                        "end": accelerator.gradient_state.end_of_dataloader,
+                        "remainder": accelerator.gradient_state.remainder})
+        accelerator.backward(model(x).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+        if phase == "whole" and step == 2:
+            prepared.resize(2)  # mid-epoch 0, on the loader prepare returned
+        if phase == "whole" and step == 16:
+            prepared.resize(0)  # mid-epoch 1: the rest read in this process
+        if phase == "whole" and step + 1 == save_at:
+            accelerator.save_state(out + "/state")
+odd = accelerator.prepare(ElasticDataLoader(Subset(Numbers(), range(95)), batch_size=4, seed=0))
+odd_remainders = sorted({accelerator.gradient_state.remainder for _ in odd})
+given = ElasticDataLoader(Numbers(), batch_size=4, shuffle=True, seed=0)
+theirs = Accelerator.prepare_data_loader(accelerator, given)  # Accelerate's own
+theirs = [sum(len(idx) for _, idx, _ in theirs), hasattr(theirs, "resize")]
+with open(f"{out}/{phase}.{accelerator.process_index}.json", "w") as f:
+    json.dump({"batches": batches, "same": prepared is loader, "main": os.getpid(),
+               "elastic": isinstance(prepared, ElasticDataLoader), "refused": refused,
+               "device": accelerator.device.type, "processes": accelerator.num_processes,
+               "odd": odd_remainders, "theirs": theirs}, f)
+"""
+
+
+def _two_ranks(tmp_path: Path, *args: str) -> list[dict]:
+    script = tmp_path / "prepared.py"
+    script.write_text(PREPARED)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node", "2", str(script), str(tmp_path), *args],
+                          cwd=tmp_path, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [json.loads((tmp_path / f"{args[0]}.{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_accelerate_prepare_keeps_the_loader_sharded_resizable_and_its_position(tmp_path):
+    """``accelerator.prepare(model, optimizer, loader)`` as every Accelerate script has it, on
+    2 CPU processes (torchrun, gloo), next to Accelerate's own ``prepare_data_loader``, which
+    rebuilds the loader: the loader prepared is the loader given; the ranks read
+    disjoint shards covering the data each epoch, on ``accelerator.device``; ``resize`` on it
+    mid-epoch changes the processes that read and loses or repeats nothing; the last batch of
+    each epoch is Accelerate's end of dataloader; ``save_state`` mid-epoch and ``load_state``
+    in a new run read exactly the batches the first had not, on each rank."""
+    whole = _two_ranks(tmp_path, "whole", "7")
+    for rank, run in enumerate(whole):
+        assert run["processes"] == 2 and run["same"] and run["elastic"]
+        early, own_sampler = run["refused"]
+        assert f"reads rank 0 of 1, this is process {rank} of 2" in early
+        assert "SequentialSampler" in own_sampler
+        batches = run["batches"]
+        assert len(batches) == 24  # 96 samples / 2 ranks / 4 a batch × 2 epochs
+        assert {b["device"] for b in batches} == {run["device"]}
+        assert [b["end"] for b in batches] == ([False] * 11 + [True]) * 2
+        assert {b["remainder"] for b in batches} == {0}  # 96 % (4 × 2): no partial batch
+        assert run["odd"] == [-1]  # 95 samples: rank 1's last one repeats, not at the tail
+        assert run["theirs"] == [24, False]  # Accelerate's own: 1/2 of the share, no resize
+        pids = [b["pids"] for b in batches]
+        first = pids[0]
+        assert run["main"] not in first  # one worker process at first
+        later = {p for ps in pids[3:17] for p in ps} - set(first)
+        assert len(later) >= 2, pids  # resize(2): two new worker processes read
+        assert pids[-1] == [run["main"]], pids  # resize(0): read in the training process
+    for epoch in (0, 1):
+        mine = [[i for b in run["batches"] if b["epoch"] == epoch for i in b["idx"]]
+                for run in whole]
+        assert not set(mine[0]) & set(mine[1])  # disjoint shards
+        assert sorted(mine[0] + mine[1]) == list(range(96))  # nothing lost or repeated
+    assert (tmp_path / "state" / "adloader-loader-rank1.json").is_file()
+    rest = _two_ranks(tmp_path, "resume", "0")
+    for run, resumed in zip(whole, rest, strict=True):
+        assert [b["idx"] for b in resumed["batches"]] == [b["idx"] for b in run["batches"][7:]]
+
+
+ON_DEVICE = """
+import json
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration
+from torch.utils.data import TensorDataset
+from adloader import ElasticDataLoader
+from adloader.client.accelerate import ElasticAccelerator, prepare_loader
+from adloader.errors import InputError
+
+class OnMeta(ElasticAccelerator):  # a device no batch is on: placement shows
+    @property
+    def device(self):
+        return torch.device("meta")
+
+class TheirsOnMeta(Accelerator):  # an accelerator made elsewhere: prepare_loader
+    @property
+    def device(self):
+        return torch.device("meta")
+
+class Mine(ElasticDataLoader):
+    def name(self):
+        return "mine"
+
+data = TensorDataset(torch.randn(20, 4), torch.arange(20))
+accelerator = OnMeta(cpu=True)
+loader = Mine(data, batch_size=8, seed=0, num_workers=1)
+prepared = accelerator.prepare(loader)
+seen = []
+for x, i in prepared:
+    state = accelerator.gradient_state
+    seen.append([x.device.type, i.device.type, state.end_of_dataloader, state.remainder])
+kept = accelerator.prepare(ElasticDataLoader(data, batch_size=8), device_placement=[False])
+theirs = prepare_loader(TheirsOnMeta(cpu=True), ElasticDataLoader(data, batch_size=8))
+split = OnMeta(cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=True))
+try:
+    split.prepare(ElasticDataLoader(data, batch_size=8))
+    refused = None
+except InputError as e:
+    refused = str(e)
+print(json.dumps({"seen": seen, "same": prepared is loader, "type": type(prepared).__name__,
+                  "own": prepared.name(), "kept": next(iter(kept))[0].device.type,
+                  "theirs": next(iter(theirs))[0].device.type, "refused": refused}))
+"""
+
+
+def test_accelerate_prepare_places_batches_on_the_accelerator_s_device(tmp_path):
+    """Each batch of a prepared loader is on ``accelerator.device`` (a meta device here, which
+    no batch is on unless placed), unless ``device_placement`` says not; the epoch's end and
+    its remainder are Accelerate's; a subclass of the loader keeps its methods;
+    ``prepare_loader`` does the same for an accelerator made elsewhere; an accelerator that
+    splits batches over processes is refused."""
+    got = _last_json(_run(tmp_path, "on_device.py", ON_DEVICE))
+    assert got["seen"] == [["meta", "meta", False, 4], ["meta", "meta", False, 4],
+                           ["meta", "meta", True, 4]]  # 20 samples, 8 a batch: 4 in the last
+    assert got["same"] and got["type"] == "AcceleratedMine" and got["own"] == "mine"
+    assert (got["kept"], got["theirs"]) == ("cpu", "meta")
+    assert "split_batches=True" in got["refused"]
+
+
 TRAINER = """
 import json, shutil, sys
 import torch
