@@ -183,7 +183,7 @@ class JobSpec(BaseModel):
         return self
 
 
-# what each pattern of the schema means, in the words an error uses
+# what each pattern of the schema means, in the words an error uses (the cursors': below)
 _SAYS = {_NAME.pattern: "must be 1..64 letters, digits, '.', '_' or '-'",
          _ENV_KEY.pattern: "must be a valid variable name",
          _NO_NUL: "must not contain a NUL byte",
@@ -304,34 +304,54 @@ def _ending_signals() -> tuple[str, ...]:
     return (*(n[3:] for n in names), *names, *(str(int(signal.Signals[n])) for n in names))
 
 
-# what ``DELETE /v1/jobs/{id}?signal=`` takes: each signal that ends a process, as ``KILL``,
-# ``SIGKILL`` or ``9`` (clients send the number: ``str(signal_number(name))``)
+# what ``POST /v1/jobs/{id}/cancel?signal=`` takes: each signal that ends a process, as
+# ``KILL``, ``SIGKILL`` or ``9`` (clients send the number: ``str(signal_number(name))``)
 ENDING_SIGNALS = _ending_signals()
 SignalName = Literal[ENDING_SIGNALS]  # type: ignore[valid-type]
 
 
 # -- pages ----------------------------------------------------------------------------
 # GET /v1/jobs and GET /v1/events answer one page, in id order (jobs: submit order). The
-# header NEXT_CURSOR carries the opaque cursor of the next page; a request that names no
-# ``limit`` gets PAGE_DEFAULT items, so an old client that never pages still gets a list
-# (every job, on a node that keeps at most that many).
+# header NEXT_CURSOR carries the cursor of the next page; a request that names no ``limit``
+# gets PAGE_DEFAULT items, so an old client that never pages still gets a list (every job,
+# on a node that keeps at most that many).
 PAGE_DEFAULT = 500
 PAGE_MAX = 5000
 NEXT_CURSOR = "X-Next-Cursor"
 MAX_CURSOR = 200  # characters: a cursor is a few dozen; anything longer is not one of ours
+# A cursor names the last item of the page before it: ``j.`` and a job id (jobs), ``e.`` and
+# an event id (events). Each string of its pattern is one: the page after it (after the
+# last item there is, the end of the list). The daemon's header is the one to pass on.
+JOB_CURSOR = "j."
+EVENT_CURSOR = "e."
+JOB_CURSOR_PATTERN = r"^j\." + limits.JOB_ID_PATTERN[1:]
+EVENT_CURSOR_PATTERN = r"^e\.[0-9]{1,19}$"  # past 2^63 - 1: no event follows
+MAX_KINDS = 32  # ``kind=`` given at most this often, each value at most MAX_KIND characters
+MAX_KIND = 64
 Limit = Annotated[int, Field(ge=1, le=PAGE_MAX)]
-Cursor = Annotated[str | None, Field(max_length=MAX_CURSOR)]
 Time = Annotated[float | None, Field(ge=0, allow_inf_nan=False)]  # seconds since the epoch
+JobCursor = Annotated[str | None, Field(max_length=MAX_CURSOR, pattern=JOB_CURSOR_PATTERN,
+                                        description=f"the {NEXT_CURSOR} of the page before")]
+EventCursor = Annotated[str | None, Field(max_length=MAX_CURSOR, pattern=EVENT_CURSOR_PATTERN,
+                                          description=f"the {NEXT_CURSOR} of the page before")]
 
 
 def _listed(value: Any) -> Any:
     """``state=a,b``, ``state=a&state=b`` or both: one flat list, blanks dropped."""
-    if isinstance(value, str):
-        value = [value]
-    if isinstance(value, list):
-        return [part.strip() for item in value if isinstance(item, str)
-                for part in item.split(",") if part.strip()]
-    return value
+    return _split(value) if isinstance(value, list | str) else value
+
+
+def _split(value: list[str] | str) -> list[str]:
+    """Each value's comma-separated parts, blanks dropped, each once, in order."""
+    values = [value] if isinstance(value, str) else value
+    parts = (part.strip() for item in values if isinstance(item, str)
+             for part in item.split(","))
+    return list(dict.fromkeys(part for part in parts if part))
+
+
+def _as_list(value: Any) -> Any:
+    """One value, as a repeated parameter of one (it is split after the bounds apply)."""
+    return [value] if isinstance(value, str) else value
 
 
 class PageQuery(BaseModel):
@@ -340,13 +360,14 @@ class PageQuery(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     limit: Limit = PAGE_DEFAULT
-    cursor: Cursor = None
+    cursor: str | None = None
 
 
 class JobQuery(PageQuery):
     """``GET /v1/jobs``: a page of the jobs that pass every filter given — ``state`` (one of
     JOB_STATES, repeated or comma-separated), ``name`` (exact), submitted in [since, until)."""
 
+    cursor: JobCursor = None
     state: Annotated[list[JobState], BeforeValidator(_listed)] = []
     name: str | None = Field(default=None, max_length=limits.MAX_NAME)
     since: Time = None
@@ -356,12 +377,16 @@ class JobQuery(PageQuery):
 class EventQuery(PageQuery):
     """``GET /v1/events``: a page of events, oldest first — after the ``cursor`` (or after
     event id ``since``, what clients before cursors send), of one ``job``, of the ``kind``s
-    given, of jobs named ``name``, at a time in [t_since, t_until)."""
+    given, of jobs named ``name``, at a time in [t_since, t_until). ``kind`` is bounded as
+    given (MAX_KINDS values of MAX_KIND characters, the schema's maxItems and maxLength),
+    then each value split at its commas."""
 
+    cursor: EventCursor = None
     since: int = Field(default=0, ge=0, le=2**63 - 1)
     job: str | None = Field(default=None, max_length=limits.MAX_JOB_ID)
-    kind: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=32),
-                    BeforeValidator(_listed)] = []
+    kind: Annotated[list[Annotated[str, Field(max_length=MAX_KIND)]],
+                    Field(max_length=MAX_KINDS), BeforeValidator(_as_list),
+                    AfterValidator(_split)] = []
     name: str | None = Field(default=None, max_length=limits.MAX_NAME)
     t_since: Time = None
     t_until: Time = None
@@ -373,7 +398,9 @@ class EventQuery(PageQuery):
 V1 = "/v1"  # the versioned API's prefix: every path but METRICS and HEALTH
 JOBS = f"{V1}/jobs"
 JOB = f"{JOBS}/{{job_id}}"
-PAUSE, RESUME, LOG = "pause", "resume", "log"  # a job's actions: job_path(id, PAUSE)
+CANCEL, PAUSE, RESUME = "cancel", "pause", "resume"  # a job's actions: job_path(id, PAUSE)
+LOG = "log"
+JOB_CANCEL = f"{JOB}/{CANCEL}"
 JOB_PAUSE = f"{JOB}/{PAUSE}"
 JOB_RESUME = f"{JOB}/{RESUME}"
 JOB_LOG = f"{JOB}/{LOG}"
@@ -384,6 +411,12 @@ MODEL = f"{V1}/model"
 MODEL_FIT = f"{MODEL}/fit"
 METRICS = "/metrics"
 HEALTH = "/healthz"
+
+# what a cursor's pattern means, in the words an error uses
+_SAYS[JOB_CURSOR_PATTERN] = (f"must be a cursor of GET {JOBS} ('{JOB_CURSOR}' and a job id: "
+                             f"pass on its answer's {NEXT_CURSOR} header)")
+_SAYS[EVENT_CURSOR_PATTERN] = (f"must be a cursor of GET {EVENTS} ('{EVENT_CURSOR}' and an "
+                               f"event id: pass on its answer's {NEXT_CURSOR} header)")
 
 
 def job_path(job_id: str, action: str = "") -> str:

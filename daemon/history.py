@@ -1,5 +1,5 @@
 """Reading the store a page at a time (``GET /v1/jobs`` and ``GET /v1/events``): the
-filters of ``rest.JobQuery`` and ``rest.EventQuery`` as SQL, and the opaque cursors.
+filters of ``rest.JobQuery`` and ``rest.EventQuery`` as SQL, and the cursors.
 
 A page holds the items after its cursor, in id order, at most ``limit`` of them. A cursor
 names the last item a page held, so a page is never shifted by what arrived or was pruned
@@ -11,9 +11,8 @@ held jobs' records come from the store's memory, the history from the file.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
+import re
 from typing import Any
 
 from adloader import rest
@@ -28,28 +27,28 @@ EVENT_VIEW = ("'{\"id\":' || id || ',\"t\":' || " + number_sql("t") +
               " || ',\"job\":' || json_quote(job) || ',\"kind\":' || json_quote(kind) ||"
               " ',\"data\":' || coalesce(data, 'null') || '}'")
 
-JOB_CURSOR, EVENT_CURSOR = "j", "e"
+JOB_CURSOR, EVENT_CURSOR = rest.JOB_CURSOR, rest.EVENT_CURSOR
+_PATTERNS = {JOB_CURSOR: re.compile(rest.JOB_CURSOR_PATTERN),
+             EVENT_CURSOR: re.compile(rest.EVENT_CURSOR_PATTERN)}
+LAST_ID = 2**63 - 1  # SQLite's largest: no event id is past it
 
 
 def encode_cursor(kind: str, after: str | int) -> str:
-    """The cursor of the page after the item ``after`` (a job id or an event id)."""
-    raw = json.dumps([kind, after], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    """The cursor of the page after the item ``after`` (a job id or an event id): ``kind``
+    and the id (``rest.JOB_CURSOR_PATTERN``, ``rest.EVENT_CURSOR_PATTERN``)."""
+    return f"{kind}{after}"
 
 
 def decode_cursor(kind: str, cursor: str) -> Any:
-    """The item a cursor of ``kind`` names; InputError naming the parameter otherwise."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        found, after = json.loads(raw)
-    except (binascii.Error, ValueError, TypeError):
-        found = after = None
-    valid = str if kind == JOB_CURSOR else int
-    if found != kind or not isinstance(after, valid) or isinstance(after, bool):
+    """The item a cursor of ``kind`` names (an event id past SQLite's largest as the largest);
+    InputError naming the parameter for a string that is not one (the API's schema refuses
+    those first)."""
+    if not isinstance(cursor, str) or not _PATTERNS[kind].fullmatch(cursor):
         which = rest.JOBS if kind == JOB_CURSOR else rest.EVENTS
-        raise InputError(f"query parameter 'cursor': {cursor[:40]!r} is not a cursor of "
+        raise InputError(f"query parameter 'cursor': {str(cursor)[:40]!r} is not a cursor of "
                          f"GET {which} (pass on its answer's {rest.NEXT_CURSOR} header)")
-    return after
+    after = cursor[len(kind):]
+    return after if kind == JOB_CURSOR else min(int(after), LAST_ID)
 
 
 def _where(conditions: list[tuple[str, Any]]) -> tuple[list[str], list[Any]]:

@@ -183,7 +183,7 @@ class DaemonClient:
         # its number: the one spelling every release's API takes (a bad name fails here)
         params = {"signal": str(rest.signal_number(signal))} if signal else None
         return rest.JobView.model_validate(
-            self.request("DELETE", rest.job_path(job_id), params=params).json())
+            self.request("POST", rest.job_path(job_id, rest.CANCEL), params=params).json())
 
     def pause(self, job_id: str, checkpoint: bool = False) -> rest.JobView:
         return rest.JobView.model_validate(self.request(

@@ -65,13 +65,14 @@ def router(service: NodeService) -> APIRouter:
                                               limiter=submits)
 
     @jobs_api.get(rest.JOBS, response_model=list[JobView], tags=["jobs"],
-                  operation_id="list_jobs", responses={**paged("jobs"), **problems(400)})
+                  operation_id="list_jobs", responses=paged("jobs"))
     def jobs(query: Annotated[rest.JobQuery, Query()]) -> Response:
         """The jobs the daemon keeps (those it manages, and the history its retention
-        keeps), in submit order, a page at a time: ``limit`` of them (default
-        500) after ``cursor``, the next page's cursor in the ``X-Next-Cursor`` header (absent
-        on the last page); only those in ``state`` (repeatable, or comma-separated), named
-        ``name``, submitted in [``since``, ``until``) (seconds since the epoch)."""
+        keeps), in submit order, a page at a time: ``limit`` of them (default 500) after
+        ``cursor`` (``j.`` and a job id: one past the last job is the end of the list), the
+        next page's cursor in the ``X-Next-Cursor`` header (absent on the last page); only
+        those in ``state`` (repeatable, or comma-separated), named ``name``, submitted in
+        [``since``, ``until``) (seconds since the epoch)."""
         body, cursor = call("listing jobs", service.jobs_page, query)
         return page(body, cursor)
 
@@ -80,15 +81,16 @@ def router(service: NodeService) -> APIRouter:
     def job(job_id: JobId) -> JobView:
         return found(job_id, call("reading the job", service.job, job_id))
 
-    @jobs_api.delete(rest.JOB, response_model=JobView, tags=["jobs"],
-                     operation_id="cancel_job", responses=problems(404, 409))
+    @jobs_api.post(rest.JOB_CANCEL, response_model=JobView, tags=["jobs"],
+                   operation_id="cancel_job", responses=problems(404, 409))
     def cancel(job_id: JobId,
                signal: Annotated[rest.SignalName | None, Query()] = None) -> JobView:
         """Cancel a job: a queued one never starts, a running one is asked to stop at its
         next batch boundary (then terminated). With ``signal`` (``KILL``, ``SIGKILL`` or
         ``9``: a signal that ends a process) a launched one's processes get that signal now
-        instead. The job stays readable: DELETE cancels, and the ended job's record is kept
-        as long as the retention keeps history."""
+        instead. An action, not a deletion: the job stays readable (``state`` ``cancelled``
+        once it has ended) as long as the retention keeps history; cancelling an ended job
+        answers it as it is."""
         args = (job_id,) if signal is None else (job_id, signal)
         return found(job_id, call("cancel", service.cancel, *args))
 

@@ -35,12 +35,13 @@ def router(service: NodeService) -> APIRouter:
         return call("the node summary", service.node_summary)
 
     @node_api.get(rest.EVENTS, response_model=list[answers.Event], tags=["node"],
-                  operation_id="list_events", responses={**paged("events"), **problems(400)})
+                  operation_id="list_events", responses=paged("events"))
     def events(query: Annotated[rest.EventQuery, Query()]) -> Response:
         """Events, oldest first, a page at a time: ``limit`` of them (default 500) after
-        ``cursor`` (or after the event id ``since``); the cursor to poll with next in the
-        ``X-Next-Cursor`` header. Only those of ``job`` (an id), of the ``kind``s given
-        (repeatable, or comma-separated), of jobs named ``name``, at a time in [``t_since``,
+        ``cursor`` (``e.`` and an event id) or after the event id ``since``; the cursor to
+        poll with next in the ``X-Next-Cursor`` header. Only those of ``job`` (an id), of the
+        ``kind``s given (at most 32 values of at most 64 characters, each one kind or several
+        comma-separated), of jobs named ``name``, at a time in [``t_since``,
         ``t_until``) (seconds since the epoch)."""
         body, cursor = call("events", service.events_page, query)
         return page(body, cursor)

@@ -25,6 +25,7 @@ class FakeService:
         self._lock = threading.Lock()
         self.fail: Exception | None = None  # raised by every call when set
         self.fits = 0
+        self.signals: dict[str, str] = {}  # each job cancelled with a signal: its signal
 
     def _check(self) -> None:
         if self.fail is not None:
@@ -54,11 +55,13 @@ class FakeService:
         self._check()
         return self._jobs.get(job_id)
 
-    def cancel(self, job_id: str) -> JobView | None:
+    def cancel(self, job_id: str, signal: str | None = None) -> JobView | None:
         self._check()
         with self._lock:
             if job_id not in self._jobs:
                 return None
+            if signal is not None:
+                self.signals[job_id] = signal
             view = self._jobs[job_id].model_copy(update={"state": "cancelled"})
             self._jobs[job_id] = view
             self._event(job_id, "cancelled")

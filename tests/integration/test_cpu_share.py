@@ -251,10 +251,10 @@ def test_the_daemon_puts_each_job_in_a_group_weighted_by_its_workers(sharing_dae
             return len(pids) >= 3 and str(d.job(job)["pid"]) in pids and pids
         wait_for(members, 60, f"{job}'s supervisor, job and workers in its group")
     wait_for(lambda: probe.usage_s(big) > 0, 30, "the big job's CPU counted in its group")
-    d.http.delete(f"/v1/jobs/{small}")
+    d.http.post(f"/v1/jobs/{small}/cancel")
     wait_for(lambda: d.state(small) == "cancelled", 60, "the small job cancelled")
     wait_for(lambda: not (probe.base / small).exists(), 30, "its group dropped")
-    d.http.delete(f"/v1/jobs/{big}")
+    d.http.post(f"/v1/jobs/{big}/cancel")
     wait_for(lambda: d.state(big) == "cancelled", 60, "the big job cancelled")
 
 
@@ -274,7 +274,7 @@ def test_under_the_turn_rule_the_daemon_weights_a_held_job_least(sharing_daemon)
     assert (probe.weight(held), probe.weight(served)) == (least, probe.default)
     assert d.events("cpu_shares")[-1]["data"]["rule"] == "turn"
     for job in (held, served):
-        d.http.delete(f"/v1/jobs/{job}")
+        d.http.post(f"/v1/jobs/{job}/cancel")
     wait_for(lambda: {d.state(held), d.state(served)} == {"cancelled"}, 60, "both cancelled")
 
 

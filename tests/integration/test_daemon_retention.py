@@ -121,12 +121,12 @@ def test_ended_jobs_are_pruned_and_the_pages_reach_every_kept_job_once(tmp_path)
 
             for query, named, status in (("state=done", "state", 422),
                                          ("limit=0", "limit", 422),
-                                         ("cursor=nope", "cursor", 400),
+                                         ("cursor=nope", "cursor", 422),
                                          ("since=-1", "since", 422)):
                 r = daemon.http.get(f"{rest.JOBS}?{query}")
                 assert r.status_code == status and f"'{named}" in r.json()["detail"], r.text
             r = daemon.http.get(f"{rest.EVENTS}?cursor=nope")
-            assert r.status_code == 400 and "'cursor'" in r.json()["detail"]
+            assert r.status_code == 422 and "'cursor'" in r.json()["detail"]
 
             cli = subprocess.run(
                 [sys.executable, "-m", "adloader", "jobs", "--json", "--state", "finished",

@@ -47,7 +47,7 @@ def node(tmp_path_factory):
     finally:
         pids = [daemon.job(j).get("pid") for j in jobs] if daemon.proc.poll() is None else []
         for j in jobs:
-            daemon.http.delete(f"/v1/jobs/{j}")
+            daemon.http.post(f"/v1/jobs/{j}/cancel")
         try:
             wait_for(lambda: all(daemon.state(j) in ENDED for j in jobs), 30,
                      "the jobs to end after cancel")
@@ -162,7 +162,7 @@ def test_the_cookie_cannot_change_anything(node):
                 "iterations": 10}
         for method, path, kwargs in [
             ("POST", "/v1/jobs", {"json": body}),
-            ("DELETE", f"/v1/jobs/{jobs[0]}", {}),
+            ("POST", f"/v1/jobs/{jobs[0]}/cancel", {}),
             ("POST", f"/v1/jobs/{jobs[0]}/pause", {}),
             ("POST", f"/v1/jobs/{jobs[1]}/resume", {}),
             ("POST", "/v1/model/fit", {}),

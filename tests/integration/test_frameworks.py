@@ -483,7 +483,7 @@ def test_a_lightning_fit_under_the_daemon_is_resized_mid_fit_and_reads_every_sam
         wait_for(lambda: [e for e in daemon.events("resize", fit)
                           if e["data"]["workers"] != before], 60, "a resize of the fit")
         assert daemon.job(fit)["state"] == "running"  # resized mid-fit, not at its end
-        daemon.http.delete(f"/v1/jobs/{other}")
+        daemon.http.post(f"/v1/jobs/{other}/cancel")
         wait_for(lambda: daemon.job(fit)["state"] in ("finished", "failed"), 180,
                  "the fit to end")
         view = daemon.job(fit)

@@ -145,6 +145,6 @@ def test_the_daemon_signals_only_processes_it_started(daemon):
     with RawMaster(daemon.endpoint) as m:
         m.register("by-hand", "tok")
         wait_for(lambda: daemon.events("attached"), 10, "the job to attach")
-        r = daemon.http.delete("/v1/jobs/by-hand", params={"signal": "KILL"})
+        r = daemon.http.post("/v1/jobs/by-hand/cancel", params={"signal": "KILL"})
         assert r.status_code == 409 and "not started by the daemon" in r.text  # its state
         assert daemon.state("by-hand") == "running"

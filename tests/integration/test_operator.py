@@ -55,7 +55,7 @@ def test_a_launched_jobs_cpu_is_measured(daemon):
     job = daemon.submit("burner", command=[sys.executable, "-c", burn])
     wait_for(lambda: (daemon.job(job).get("cpu_percent") or 0) > 20, 30,
              "its CPU to be measured")
-    assert daemon.http.delete(f"/v1/jobs/{job}").status_code == 200
+    assert daemon.http.post(f"/v1/jobs/{job}/cancel").status_code == 200
 
 
 def test_without_cuda_the_node_emulates_four_gpus(tmp_path):

@@ -74,7 +74,7 @@ def _acknowledged(frame: dict) -> int:
 
 
 def _operator_call(daemon: Daemon, call: dict, job: str) -> None:
-    answer = (daemon.http.delete(f"/v1/jobs/{job}") if call["call"] == "cancel"
+    answer = (daemon.http.post(f"/v1/jobs/{job}/cancel") if call["call"] == "cancel"
               else daemon.http.post(f"/v1/jobs/{job}/{call['call']}"))
     assert answer.status_code == 200, (call, answer.status_code, answer.text)
 

@@ -75,7 +75,7 @@ def test_sigterm_is_a_graceful_stop_and_jobs_reattach(tmp_path):
         wait_for(lambda: (again.job(job)["iteration"] or 0) > seen, 30, "it to re-attach")
         assert again.job(job)["state"] == "running"
     finally:
-        again.http.delete(f"/v1/jobs/{job}")
+        again.http.post(f"/v1/jobs/{job}/cancel")
         wait_for(lambda: again.job(job)["state"] == "cancelled", 60, "the cancel")
         again.stop()
 

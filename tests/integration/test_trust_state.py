@@ -56,7 +56,7 @@ def test_cancel_stops_a_launched_job_at_a_batch_boundary(daemon, tmp_path):
     job = daemon.submit("loop", command=cmd)
     wait_for(lambda: (daemon.job(job)["iteration"] or 0) > 3, 60, "it to iterate")
     pid = daemon.job(job)["pid"]
-    assert daemon.http.delete(f"/v1/jobs/{job}").status_code == 200
+    assert daemon.http.post(f"/v1/jobs/{job}/cancel").status_code == 200
     view = _ended(daemon, job, 30)
     assert view["state"] == "cancelled"
     assert daemon.events("cancel", job) and not psutil.pid_exists(pid)
@@ -74,7 +74,7 @@ def test_cancel_ends_a_launched_job_that_never_reaches_a_boundary(daemon, tmp_pa
     pids = wait_for(lambda: all(daemon.job(j)["pid"] for j in (stuck, plain)) and [
         daemon.job(j)["pid"] for j in (stuck, plain)], 10, "their pids")
     for job in (stuck, plain):
-        assert daemon.http.delete(f"/v1/jobs/{job}").status_code == 200
+        assert daemon.http.post(f"/v1/jobs/{job}/cancel").status_code == 200
     for job in (stuck, plain):
         assert _ended(daemon, job, 30)["state"] == "cancelled"
     wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), 10, "their processes to end")
@@ -145,7 +145,7 @@ def test_cancel_reaches_a_run_job_and_run_exits_with_its_status(daemon, tmp_path
     proc = _run(daemon, attached_script(tmp_path, "loop.py"))
     job = _hand_job(daemon)
     wait_for(lambda: (daemon.job(job)["iteration"] or 0) > 3, 30, "it to iterate")
-    assert daemon.http.delete(f"/v1/jobs/{job}").status_code == 200
+    assert daemon.http.post(f"/v1/jobs/{job}/cancel").status_code == 200
     assert proc.wait(30) == 128 + signal.SIGTERM
     assert _ended(daemon, job, 30)["state"] == "cancelled"
 
@@ -213,7 +213,7 @@ def test_a_run_job_gone_silent_after_cancel_is_cancelled_not_lost(daemon, tmp_pa
                          30, "the job's pid")[0])
     os.kill(child, signal.SIGSTOP)
     try:
-        assert daemon.http.delete(f"/v1/jobs/{job}").status_code == 200
+        assert daemon.http.post(f"/v1/jobs/{job}/cancel").status_code == 200
         assert _ended(daemon, job, 30)["state"] == "cancelled"
     finally:
         os.kill(child, signal.SIGKILL)

@@ -16,7 +16,7 @@ iteration of each job, as the daemon recorded them, are kept with it.
 A second scenario, ``operator``, records what an operator's REST calls make the two sides
 say: one job started with ``adloader run`` (its supervisor reports the exit on a connection
 of its own), paused once it trains (``POST /v1/jobs/{id}/pause``), resumed
-(``POST .../resume``) once it said it paused, and cancelled (``DELETE /v1/jobs/{id}``) once
+(``POST .../resume``) once it said it paused, and cancelled (``POST .../cancel``) once
 it trains again — Pause, Paused, Resume, Stop, Finish and the supervisor's Exit. The REST
 calls are kept in the recording (``operator``: offset, call, job), for the replay to make
 at the same points.
@@ -171,7 +171,7 @@ class _Run:
     def call(self, kind: str, job: str, label: str) -> None:
         """An operator's REST call, made now and written down with its offset."""
         http = self.daemon.http
-        answer = (http.delete(f"/v1/jobs/{job}") if kind == "cancel"
+        answer = (http.post(f"/v1/jobs/{job}/cancel") if kind == "cancel"
                   else http.post(f"/v1/jobs/{job}/{kind}"))
         if answer.status_code != 200:
             raise SystemExit(f"{kind} of {job}: {answer.status_code} {answer.text}")

@@ -7,6 +7,7 @@ import pytest
 from fake_service import TOKEN, FakeService
 from fastapi.testclient import TestClient
 
+from adloader import limits
 from adloader.daemon.api import create_app
 from adloader.daemon.jobfile import load_jobspec_file
 from adloader.daemon.service import NodeService
@@ -40,12 +41,35 @@ def test_submit_list_get_cancel(client, service):
     assert job["spec"]["model"] == "Resnet18" and job["spec"]["gpus"] == 1
     assert [j["id"] for j in client.get("/v1/jobs", headers=AUTH).json()] == ["j-000001"]
     assert client.get("/v1/jobs/j-000001", headers=AUTH).json()["name"] == "r18"
-    r = client.delete("/v1/jobs/j-000001", headers=AUTH)
+    r = client.post("/v1/jobs/j-000001/cancel", headers=AUTH)
     assert r.status_code == 200 and r.json()["state"] == "cancelled"
     kinds = [e["kind"] for e in client.get("/v1/events?since=0", headers=AUTH).json()]
     assert kinds == ["submitted", "cancelled"]
     assert [e["id"] for e in client.get("/v1/events?since=1", headers=AUTH).json()] == [2]
     assert client.get("/v1/allocations", headers=AUTH).json()["jobs"] == {"j-000001": 0}
+
+
+def test_cancel_is_an_action_and_the_cancelled_job_stays_readable(client, service):
+    """``POST /v1/jobs/{id}/cancel`` ends a job and its record stays: a DELETE that did not
+    delete is gone (405 naming what the path takes), and the document says so."""
+    client.post("/v1/jobs", json=SPEC, headers=AUTH)
+    client.post("/v1/jobs", json=SPEC, headers=AUTH)
+    r = client.post("/v1/jobs/j-000001/cancel", headers=AUTH)
+    assert r.status_code == 200 and r.json()["state"] == "cancelled", r.text
+    assert client.get("/v1/jobs/j-000001", headers=AUTH).json()["state"] == "cancelled"
+    r = client.post("/v1/jobs/j-000002/cancel?signal=KILL", headers=AUTH)
+    assert r.status_code == 200 and service.signals == {"j-000002": "KILL"}
+    r = client.post("/v1/jobs/j-000002/cancel?signal=STOP", headers=AUTH)  # does not end one
+    assert r.status_code == 422 and "query parameter 'signal'" in r.json()["detail"]
+    r = client.delete("/v1/jobs/j-000001", headers=AUTH)
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
+    assert r.json()["type"] == "urn:adloader:problem:method-not-allowed"
+    doc = client.get("/openapi.json").json()
+    assert set(doc["paths"]["/v1/jobs/{job_id}"]) == {"get"}
+    cancel = doc["paths"]["/v1/jobs/{job_id}/cancel"]["post"]
+    assert cancel["operationId"] == "cancel_job"
+    assert [p["name"] for p in cancel["parameters"]] == ["job_id", "signal"]
+    assert not [op for item in doc["paths"].values() for op in item if op == "delete"]
 
 
 def test_model_metrics_health_log(client):
@@ -66,7 +90,7 @@ def test_model_metrics_health_log(client):
                                      {"Authorization": f"Bearer {TOKEN}x"}])  # fmt: skip
 def test_token_is_required(client, headers):
     for method, path in [("GET", "/v1/jobs"), ("POST", "/v1/model/fit"), ("GET", "/metrics"),
-                         ("DELETE", "/v1/jobs/j-000001"), ("GET", "/v1/events")]:
+                         ("POST", "/v1/jobs/j-000001/cancel"), ("GET", "/v1/events")]:
         r = client.request(method, path, headers=headers)
         assert r.status_code == 401, (method, path)
         assert r.json()["detail"] == "missing or wrong bearer token"
@@ -117,8 +141,25 @@ def test_malformed_bodies_are_4xx(client):
     assert r.status_code == 422 and "'tail'" in r.json()["detail"]
 
 
+def test_a_body_over_its_limit_is_413_which_every_operation_declares(client):
+    """A body over ``limits.MAX_BODY_BYTES`` (any operation: the limit comes before the
+    route) or a spec over ``MAX_SPEC_BYTES`` is 413, and the document says each may be."""
+    big = b"[" + b" " * limits.MAX_BODY_BYTES + b"]"
+    for path in ("/v1/jobs", "/v1/jobs/j-000001/pause", "/v1/model/fit"):
+        r = client.post(path, content=big, headers=AUTH | {"content-type": "application/json"})
+        assert r.status_code == 413, (path, r.text)
+        assert r.json()["type"] == "urn:adloader:problem:body-too-large"
+    spec = {**SPEC, "command": ["python", *["x" * limits.MAX_ARG] * 17]}  # 272 KiB of args
+    r = client.post("/v1/jobs", json=spec, headers=AUTH)
+    assert r.status_code == 413 and "command and env together" in r.json()["detail"]
+    doc = client.get("/openapi.json").json()
+    undeclared = [f"{method} {path}" for path, item in doc["paths"].items()
+                  for method, op in item.items() if "413" not in op["responses"]]
+    assert undeclared == []
+
+
 def test_unknown_job_is_404(client):
-    for method, path in [("GET", "/v1/jobs/j-000042"), ("DELETE", "/v1/jobs/j-000042"),
+    for method, path in [("GET", "/v1/jobs/j-000042"), ("POST", "/v1/jobs/j-000042/cancel"),
                          ("GET", "/v1/jobs/j-000042/log")]:
         r = client.request(method, path, headers=AUTH)
         assert r.status_code == 404 and r.json()["detail"] == "no job 'j-000042'"

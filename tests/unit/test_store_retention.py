@@ -5,11 +5,13 @@ reach every job exactly once, whatever arrives or is pruned between them."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
 import pytest
 
+from adloader import rest
 from adloader.daemon.history import EVENT_CURSOR, JOB_CURSOR, decode_cursor, encode_cursor
 from adloader.daemon.retention import Retention
 from adloader.daemon.store import Store
@@ -162,16 +164,21 @@ def test_event_pages_and_filters(tmp_path):
         assert kinds(since=6) == [(None, "plan"), (None, "plan")]  # clients before cursors
 
 
-def test_cursors_are_opaque_and_checked():
+def test_a_cursor_names_the_last_item_and_matches_its_list_s_pattern():
     job = encode_cursor(JOB_CURSOR, "j-000007")
-    assert "j-000007" not in job and decode_cursor(JOB_CURSOR, job) == "j-000007"
+    assert job == "j.j-000007" and decode_cursor(JOB_CURSOR, job) == "j-000007"
+    assert re.fullmatch(rest.JOB_CURSOR_PATTERN, job)
+    assert re.fullmatch(rest.JOB_CURSOR_PATTERN, encode_cursor(JOB_CURSOR, "slurm-12.0@n:1"))
     assert decode_cursor(EVENT_CURSOR, encode_cursor(EVENT_CURSOR, 42)) == 42
-    for bad in ("", "nonsense", "!!", encode_cursor(EVENT_CURSOR, 3),
-                encode_cursor(JOB_CURSOR, 3), encode_cursor(JOB_CURSOR, True)):
+    assert re.fullmatch(rest.EVENT_CURSOR_PATTERN, encode_cursor(EVENT_CURSOR, 2**63 - 1))
+    assert decode_cursor(EVENT_CURSOR, "e." + "9" * 19) == 2**63 - 1  # none is past it
+    for bad in ("", "nonsense", "!!", "j.", "j.-x", "j.a\n", encode_cursor(EVENT_CURSOR, 3),
+                "WyJqIiwiai0wMDAwMDciXQ"):  # the base64 form an earlier release issued
         with pytest.raises(InputError, match="query parameter 'cursor'"):
             decode_cursor(JOB_CURSOR, bad)
-    with pytest.raises(InputError, match="query parameter 'cursor'"):
-        decode_cursor(EVENT_CURSOR, encode_cursor(EVENT_CURSOR, "3"))
+    for bad in ("e.", "e.-1", "e.3x", "e." + "9" * 20, encode_cursor(JOB_CURSOR, "3")):
+        with pytest.raises(InputError, match="query parameter 'cursor'"):
+            decode_cursor(EVENT_CURSOR, bad)
 
 
 def test_a_page_of_history_shows_what_a_view_of_the_record_shows(tmp_path):
