@@ -141,19 +141,16 @@ class PublishedTruth:
 
 
 @dataclass(frozen=True)
-class GpuNodeTruth(ProfileSteps):
+class GpuNodeTruth(ModelTruth):
     """``model``'s steps and loading, each job capped at its intake ceiling."""
 
-    profile: DeviceProfile
     name: str = "gpu-node"
-    colocation: Colocation | None = None
-    surface = None  # loading: the profile's d/D · L(D)
 
     @property
     def source(self) -> str:
-        return (f"profile {self.profile.name!r} (eq. 6 and L(D)), perfect GPU time-slicing; "
-                f"intake ceilings L(1) ÷ r, r the H100 node's time outside next() a batch "
-                f"against a worker's decode time for one (adloader/sim/gpu_node.py)")
+        return (f"{super().source}; intake ceilings L(1) ÷ r, r the H100 node's time outside "
+                f"next() a batch against a worker's decode time for one "
+                f"(adloader/sim/gpu_node.py)")
 
     def intake(self, model: str) -> float:
         """C_j, samples/s: what ``model``'s training loop takes in at most."""
