@@ -93,6 +93,7 @@ class ClosedLoop:
         self.kept: set[tuple[str, str]] = set()  # moves kept since the even split
         self.trial: _Trial | None = None
         self.events: list[tuple[str | None, str, dict]] = []  # for the daemon's event log
+        self._step_window: float | None = None  # the window of the step under way
 
     # -- the job set ---------------------------------------------------------------------
     @property
@@ -179,6 +180,14 @@ class ClosedLoop:
         """The counts to send now (only the jobs that change; empty: nothing)."""
         if not self.jobs:
             return {}
+        self._step_window = self.window()  # once a step: it reads every job's beats
+        try:
+            return self._step(now, current, remaining)
+        finally:
+            self._step_window = None
+
+    def _step(self, now: float, current: Mapping[str, int],
+              remaining: Mapping[str, float] | None) -> dict[str, int]:
         if self.phase == "start":
             started = all(j.applied and j.beats and j.beats[-1][1] > 0
                           for j in self.jobs.values())
@@ -241,6 +250,8 @@ class ClosedLoop:
     def window(self) -> float:
         """A measuring window: ``window_s``, stretched (to ``longest_s`` at most) until the
         slowest job trains ``batches`` batches in it at its rate over its last beats."""
+        if self._step_window is not None:
+            return self._step_window
         s = self.settings
         slowest = math.inf
         for job in self.jobs.values():
