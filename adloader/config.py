@@ -44,6 +44,7 @@ class DaemonConfig:
     completion_window_s: float = 30.0  # completion buffer (paper: 30 s)
     open_loop: bool = False  # apply each plan at once, unmeasured (ablation; default: the
     # closed loop, adloader.scheduling.closed_loop: even split first, then measured moves)
+    loop_most: float = 1.5  # the loop's capacity probes: workers in all at most × capacity
     heartbeat_s: float = 1.0  # what masters are told
     lost_after_s: float = 0.0  # no heartbeat for this long: lost (0 = 2 × heartbeat_s + 1)
     cancel_grace_s: float = 10.0  # a cancelled job's time to stop before it is signalled
@@ -146,7 +147,7 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
         raise InputError(f"setting 'node_cache_mb' must be 0 or more, got {cfg.node_cache_mb}")
     if not cfg.retain_days > 0:
         raise InputError(f"setting 'retain_days' must be positive, got {cfg.retain_days}")
-    for key, least in (("retain_jobs", 1), ("retain_events", 1000)):
+    for key, least in (("retain_jobs", 1), ("retain_events", 1000), ("loop_most", 1)):
         if getattr(cfg, key) < least:
             raise InputError(f"setting {key!r} must be at least {least}, "
                              f"got {getattr(cfg, key)}")

@@ -214,7 +214,7 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
         os.environ[names.STEP_PROFILE] = "paper"  # what the jobs emulate
         os.environ[names.GPU_LOCK_DIR] = str(root)
         if cfg.policies:  # one untimed run first: the first daemon, supervisor and master
-            # of a sitting start from a cold page cache (2.5 s later here), a cost no later
+            # of a bench run start from a cold page cache (2.5 s later here), a cost no later
             # run pays, which would fall on whichever setting comes first
             _daemon_run(cfg, cfg.policies[0], -1, root, profile, trace, capacity, per_gpu,
                         {**size, "iterations_scale": WARM_UP_SCALE})
@@ -326,7 +326,7 @@ def measured_floor(cfg: LiveConfig, profile_path: Path, trace: Trace, runs: list
                    summary: list[dict]) -> dict:
     """What no schedule of this mix can beat here, as measured (``schedule_oracle.jct_floor``):
     the node's loading at its peak — the most of L(D), of the contention surface's points and
-    of any run's own rate in this sitting (``node_rate``: every job's samples over the time
+    of any run's own rate in this bench run (``node_rate``: every job's samples over the time
     from its first batch to its last; not the Σ of the jobs' rates, which a run whose jobs
     take turns inflates past anything the node loaded) — and each job's emulated or measured
     GPU steps, from the jobs' first batch (start-up left out: the floor is lower still).

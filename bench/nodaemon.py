@@ -1,15 +1,23 @@
 """What a node does without adloader: the static mix on torch's own DataLoader, no daemon.
 
-The baselines of `adloader bench live` (issue 23). Every job is the reference job
+The baselines of `adloader bench live`. Every job is the reference job
 (``workloads/train.py --loader torch``), all started at once, each with:
 
 - ``requested``: the trace's own ``workers`` for each job (6 each in paper-static);
 - ``even``: the node's loading workers split evenly, ``capacity // N`` each;
 - ``cores``: ``num_workers`` = the node's logical cores for every job, as tutorials advise;
 - ``one``: ``num_workers=1`` for every job, the least a user sets for a loader in
-  background processes (on this 2-core machine the static mix's shortest fixed makespan);
+  background processes;
 - ``autotune``: each job tunes its own count (``adloader.scheduling.autotune``, no view
-  of the node).
+  of the node; a weak tuner: it starts at 1 and restarts torch's pool at every change);
+- ``climb``: the competent per-job tuner (``adloader.scheduling.climb``) on adloader's
+  ``ElasticDataLoader``, no daemon: it starts at the even split, climbs on its measured rate
+  within the node's cores and resizes in-process, for the whole run;
+- ``fifo`` and ``shortest``: a queue, as an exclusive allocation runs jobs — each job alone
+  with the node's workers, one after another, in arrival order or shortest first (by its
+  stated samples), on torch's loader;
+- ``elastic:SETTING``: a fixed setting above on adloader's ``ElasticDataLoader`` with no
+  daemon (``elastic`` alone: the even split) — the loader's part of any gain.
 
 Jobs are placed on the emulated GPUs as the daemon places them (the planner's first fit, in
 arrival order), so a difference between a baseline and a policy is not placement;
@@ -43,15 +51,47 @@ from adloader.workloads.replay import job_command
 
 SETTINGS = ("requested", "even", "cores", "autotune")
 EXTRA = ("even@trace", "elastic", "one")  # even split on the trace's GPUs, on our loader; 1 each
+QUEUES = ("fifo", "shortest")  # one job at a time, each with the node's workers
+TUNERS = ("autotune", "climb")  # each job tunes its own count
+ELASTIC = tuple(f"elastic:{s}" for s in ("requested", "even", "cores", "one"))
+ALL = SETTINGS + EXTRA + QUEUES + ("climb",) + ELASTIC
+
+
+def loader_of(setting: str) -> str:
+    """The loader a no-daemon setting's jobs run: adloader's (``elastic``, ``climb``) or
+    torch's own."""
+    return "elastic" if setting.startswith("elastic") or setting == "climb" else "torch"
+
+
+def fixed_of(setting: str) -> str:
+    """The fixed setting under a name: ``elastic`` → even, ``elastic:one`` → one,
+    ``even@trace`` → even."""
+    base = setting.split("@")[0]
+    if base == "elastic":
+        return "even"
+    return base.split(":", 1)[1] if base.startswith("elastic:") else base
 
 
 def baseline_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict:
-    """Each job's ``num_workers`` under a no-daemon setting (None: the job tunes it)."""
-    base = setting.split("@")[0]
+    """Each job's ``num_workers`` under a no-daemon setting (None: the job tunes it from
+    the weak tuner's start; a tuner that climbs starts at the even split)."""
+    base = fixed_of(setting)
     if base == "autotune":
         return {j.name: None for j in trace.jobs}
-    # elastic: the even split on our loader; the fixed counts as the simulator sets them
-    return fixed_workers(trace, "even" if base == "elastic" else base, capacity, cores)
+    if base in QUEUES:  # alone: the node's workers
+        return {j.name: capacity for j in trace.jobs}
+    # the fixed counts as the simulator sets them
+    return fixed_workers(trace, "even" if base == "climb" else base, capacity, cores)
+
+
+def queue_order(trace: Trace, setting: str) -> list:
+    """The jobs in the order a queue runs them: by arrival (``fifo``), or by stated samples,
+    fewest first (``shortest``); ties in the trace's order."""
+    jobs = list(trace.jobs)
+    if setting == "shortest":
+        return sorted(jobs, key=lambda j: (j.iterations * j.batch_size, j.arrival_s,
+                                           jobs.index(j)))
+    return sorted(jobs, key=lambda j: (j.arrival_s, jobs.index(j)))
 
 
 def placement(trace: Trace, setting: str, per_gpu: int) -> dict[str, tuple[int, ...]]:
@@ -208,35 +248,48 @@ OVERHEAD = ("daemon", "refit", "supervisor", "master")  # the roles that are adl
 def run_baseline(trace: Trace, setting: str, *, capacity: int, cores: int, per_gpu: int,
                  iterations_scale: float, step_scale: float, crop: int, data: str,
                  images: int, root: Path, env: dict, timeout_s: float = 900.0) -> dict:
-    """The mix once under one no-daemon ``setting``; every job started together."""
+    """The mix once under one no-daemon ``setting``; every job started together (a queue:
+    one after another)."""
     workers = baseline_workers(trace, setting, capacity, cores)
     gpus = placement(trace, setting, per_gpu)
-    out = root / f"reports-{setting}-{time.monotonic_ns()}"
+    out = root / f"reports-{setting.replace(':', '-')}-{time.monotonic_ns()}"
     out.mkdir(parents=True)
-    procs = []
+    loader = loader_of(setting)
+
+    def start(job) -> subprocess.Popen:
+        iterations = max(1, round(job.iterations * iterations_scale))
+        cmd = job_command(job, iterations, step_scale, crop, data, images)
+        cmd += ["--loader", loader, "--report", str(out / f"{job.name}.json")]
+        cmd += ["--autotune"] if workers[job.name] is None else \
+            ["--workers", str(workers[job.name])]
+        if setting == "climb":
+            cmd += ["--climb", str(cores)]
+        job_env = {**env, names.GPU_IDS: ",".join(map(str, gpus[job.name]))}
+        return subprocess.Popen(cmd, env=job_env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+
+    def wait(job, proc, procs) -> None:
+        try:
+            _, err = proc.communicate(timeout=max(1.0, t0 + timeout_s - time.time()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"{setting}: {job.name} did not end in "
+                               f"{timeout_s:.0f} s") from None
+        if proc.returncode:
+            raise RuntimeError(f"{setting}: {job.name} exited {proc.returncode}: "
+                               f"{err.strip()[-400:]}")
+
     with RunWatch(str(root)) as watch:
         t0 = time.time()
-        for job in trace.jobs:
-            iterations = max(1, round(job.iterations * iterations_scale))
-            cmd = job_command(job, iterations, step_scale, crop, data, images)
-            loader = "elastic" if setting == "elastic" else "torch"
-            cmd += ["--loader", loader, "--report", str(out / f"{job.name}.json")]
-            cmd += ["--autotune"] if workers[job.name] is None else \
-                ["--workers", str(workers[job.name])]
-            job_env = {**env, names.GPU_IDS: ",".join(map(str, gpus[job.name]))}
-            procs.append(subprocess.Popen(cmd, env=job_env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True))
-        for job, proc in zip(trace.jobs, procs, strict=True):
-            try:
-                _, err = proc.communicate(timeout=max(1.0, t0 + timeout_s - time.time()))
-            except subprocess.TimeoutExpired:
-                for p in procs:
-                    p.kill()
-                raise RuntimeError(f"{setting}: {job.name} did not end in "
-                                   f"{timeout_s:.0f} s") from None
-            if proc.returncode:
-                raise RuntimeError(f"{setting}: {job.name} exited {proc.returncode}: "
-                                   f"{err.strip()[-400:]}")
+        if setting in QUEUES:
+            for job in queue_order(trace, setting):
+                proc = start(job)
+                wait(job, proc, [proc])
+        else:
+            procs = [start(job) for job in trace.jobs]
+            for job, proc in zip(trace.jobs, procs, strict=True):
+                wait(job, proc, procs)
         watch.sample()
     jobs = [dict(name=j.name, gpu_ids=list(gpus[j.name]), workers_initial=workers[j.name],
                  **_read(out / f"{j.name}.json")) for j in trace.jobs]

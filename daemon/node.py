@@ -79,7 +79,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             lost_timeout_s=config.lost_timeout_s, max_jobs_per_gpu=config.jobs_per_gpu,
             cancel_grace_s=config.cancel_grace_s, clock=time.monotonic,
             cpus_of=cpu_share_of, name_check=self._name_check,
-            closed_loop=not config.open_loop)
+            closed_loop=not config.open_loop, loop_most=config.loop_most)
         self._kernel_pid = 0  # the kernel's pid of the Register being read (0: none)
         self.launcher = Launcher(state, config.control_endpoint)
         self.outbox: collections.deque = collections.deque()

@@ -71,7 +71,7 @@ class Scheduler(RegistrationMixin, EndingsMixin):
                  cancel_grace_s: float = 10.0, clock: Callable[[], float],
                  cpus_of: Callable[[int], tuple[int, float] | None] | None = None,
                  name_check: Callable[[str, int], tuple[bool | None, str]] | None = None,
-                 closed_loop: bool = False):
+                 closed_loop: bool = False, loop_most: float = LoopSettings.grow_to):
         self.capacity, self.gpus = capacity, gpus
         self.policy = get_policy(policy)  # this node's own: its state (ftf's shadow) lives here
         self.tokens = tokens
@@ -98,8 +98,8 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         self.ending = False  # a job is being cancelled or its exit awaited (see tick)
         # measured, then kept (``adloader.scheduling.closed_loop``): the policy's plan is
         # walked toward in moves the node's measurements keep or undo; None: applied at once
-        self.loop = ClosedLoop(capacity, LoopSettings().for_heartbeat(heartbeat_s)) \
-            if closed_loop else None
+        self.loop = ClosedLoop(capacity, LoopSettings(grow_to=loop_most).for_heartbeat(
+            heartbeat_s)) if closed_loop else None
         self.set_model(model)
 
     def set_model(self, model: ThroughputModel, table=None) -> None:
@@ -347,9 +347,10 @@ class Scheduler(RegistrationMixin, EndingsMixin):
                        changed=[job], events=[(job.id, "resize", data)])
 
     def _loop_counts(self, decision) -> tuple[dict[str, int], list[str]]:
-        """The closed loop's counts for a decision: a new set of jobs starts from the even
-        split (launched jobs with it, running ones resized to it); the policy's plan becomes
-        the loop's target, walked toward in measured moves (``loop_step``)."""
+        """The closed loop's counts for a decision: a new set of jobs starts from the
+        counts they asked for, then the even split, measured (launched jobs with the first,
+        running ones resized to it); the policy's plan becomes the loop's target, walked
+        toward in measured moves (``loop_step``)."""
         loop = self.loop
         planned = {k: self.jobs[k].batch_size for k in decision.workers}
         loop.target = dict(decision.workers)
@@ -357,10 +358,12 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         ceiling, table = dict(decision.ceiling), self.table
         loop.predict = lambda name, d: float(min(ceiling.get(name, 0.0),
                                                  table[node, max(0, min(d, node))]))
+        loop.ceiling = ceiling
         if set(planned) == loop.names:
             return {k: self.jobs[k].workers for k in planned}, []
         counts = loop.reset(self.clock(), planned,
-                            {k: self.max_workers(self.jobs[k]) for k in planned})
+                            {k: self.max_workers(self.jobs[k]) for k in planned},
+                            {k: self.jobs[k].requested for k in planned})
         for k in planned:  # C_j was measured beside other jobs: measured anew
             self.jobs[k].intake = IntakeCeiling()
         resized = [k for k in planned if k not in decision.launched
@@ -369,14 +372,15 @@ class Scheduler(RegistrationMixin, EndingsMixin):
 
     def rebase(self) -> Actions:
         """A job left the running set (it ended, paused or was lost): with the loop, the
-        others split the node evenly now; the policy's plan follows after the completion
-        window, as before."""
+        others split the node evenly now (the counts they asked for measured next); the
+        policy's plan follows after the completion window, as before."""
         loop, out = self.loop, Actions()
         running = {j.id: j for j in self._running()}
         if loop is None or not running or set(running) == loop.names:
             return out
         counts = loop.reset(self.clock(), {k: j.batch_size for k, j in running.items()},
-                            {k: self.max_workers(j) for k, j in running.items()})
+                            {k: self.max_workers(j) for k, j in running.items()},
+                            {k: j.requested for k, j in running.items()}, first="even")
         for job_id, job in running.items():
             job.intake = IntakeCeiling()
             if job.workers != counts[job_id]:

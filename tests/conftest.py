@@ -30,19 +30,27 @@ def run(capsys):
 
 @pytest.fixture(autouse=True)
 def _held_out_mixes_stay_unseen(request, monkeypatch):
-    """The held-out mixes judge the policies (``held_out_mixes.held_out``): a test that
-    generates one fails, except the plumbing tests of ``bench mixes`` (marked
-    ``held_out_plumbing``), which look at the output's shape, never at a figure."""
-    if request.node.get_closest_marker("held_out_plumbing"):
-        return
+    """Generator seeds kept out of the tests fail a test that generates one: the held-out
+    set (``adloader.sim.held_out``, seeds in adloader/sim/held_out.json, run once per
+    release by ``adloader bench held-out``) in every test, and the development mixes
+    (``held_out_mixes.held_out``: from ``MIX_SEED``) in every test but the plumbing tests of
+    ``bench mixes`` (marked ``held_out_plumbing``), which look at the output's shape, never
+    at a figure."""
     from adloader.sim import generator, held_out_mixes
+    from adloader.sim import held_out as held_out_set
 
+    plumbing = request.node.get_closest_marker("held_out_plumbing") is not None
     real = generator.generate
 
     def guarded(jobs, seed, *args, **kwargs):
-        if held_out_mixes.held_out(seed):
-            raise AssertionError(f"a test generated held-out mix seed {seed}: held-out seeds "
-                                 f"are >= {held_out_mixes.MIX_SEED}, keep tests below")
+        if held_out_set.is_held_out(seed):
+            raise AssertionError(f"a test generated seed {seed} of the held-out set "
+                                 f"({held_out_set.PATH.name}): only `adloader bench "
+                                 "held-out` generates it, never a test")
+        if not plumbing and held_out_mixes.held_out(seed):
+            raise AssertionError(f"a test generated held-out mix seed {seed}: development "
+                                 f"mix seeds are >= {held_out_mixes.MIX_SEED}, keep tests "
+                                 "below")
         return real(jobs, seed, *args, **kwargs)
 
     monkeypatch.setattr(generator, "generate", guarded)

@@ -151,7 +151,8 @@ def summarise(trace, ids, views, events, alloc, iterations, start) -> dict:
     }
 
 
-LOOP_EVENTS = ("loop_even", "loop_kept", "loop_reverted", "loop_guard")
+LOOP_EVENTS = ("loop_even", "loop_start", "loop_base", "loop_kept", "loop_reverted",
+               "loop_guard")
 
 
 def _loop_events(events, by_id, start) -> list[dict]:

@@ -39,6 +39,7 @@ from adloader.errors import InputError
 from adloader.host.atomic import atomic_path
 from adloader.models import build, features
 from adloader.scheduling.autotune import Autotuner
+from adloader.scheduling.climb import ClimbingTuner
 from adloader.sim.device_profile import load_profile
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 from adloader.workloads.emulated_gpu import EmulatedTrainer, emulate_step
@@ -64,6 +65,10 @@ def parse_args(argv=None):
                    help="torch: torch's own DataLoader, no daemon (a baseline)")
     p.add_argument("--autotune", action="store_true",
                    help="with --loader torch: the job tunes its own num_workers")
+    p.add_argument("--climb", type=int, default=0, metavar="BUDGET",
+                   help="with --loader elastic and no daemon: the job climbs its own "
+                        "num_workers from --workers, in-process, within BUDGET workers "
+                        "(adloader.scheduling.climb)")
     p.add_argument("--report", default="", help="write what the job measured as JSON here")
     return p.parse_args(argv)
 
@@ -138,6 +143,9 @@ def main(argv=None) -> int:
     if args.autotune and not baseline:
         print("adloader-train: error: --autotune goes with --loader torch", file=sys.stderr)
         return 2
+    if args.climb and baseline:
+        print("adloader-train: error: --climb goes with --loader elastic", file=sys.stderr)
+        return 2
     if baseline:
         loader = TorchBaseline(dataset, args.batch_size, args.workers, args.seed,
                                args.autotune)
@@ -161,8 +169,13 @@ def main(argv=None) -> int:
     state = (lambda: {"model": net.state_dict(), "optimizer": optimizer.state_dict(),
                       "loader": loader.state_dict()}) if cuda else (
         lambda: {"loader": loader.state_dict()})
-    job = None if baseline else attach(loader, model=args.model, batch_size=args.batch_size,
-                                       gpus=args.gpus, iterations=args.iterations, state=state)
+    climber = ClimbingTuner(start=args.workers, budget=args.climb) if args.climb else None
+    if climber is not None and climber.workers != args.workers:
+        loader.resize(climber.workers)
+    tuned = [(time.time(), args.workers)]  # the climber's counts: (wall clock, workers)
+    job = None if baseline or climber is not None else attach(
+        loader, model=args.model, batch_size=args.batch_size, gpus=args.gpus,
+        iterations=args.iterations, state=state)
     done, epoch, waited = 0, 0, 0.0
     start_wall, start = time.time(), time.perf_counter()
     progress, marked = [], start  # (wall clock, batches trained) every PROGRESS_S
@@ -194,6 +207,11 @@ def main(argv=None) -> int:
             else:
                 emulate_step(step_s, gpu_ids)
             step_s_taken = time.perf_counter() - t_step
+            if climber is not None:
+                want = climber.observe(args.batch_size, wait, step_s_taken)
+                if want != tuned[-1][1]:
+                    loader.resize(want)
+                    tuned.append((time.time(), want))
             done += 1
             if done == 1 or t_step - marked >= PROGRESS_S:
                 marked = t_step
@@ -213,7 +231,8 @@ def main(argv=None) -> int:
                               "end": start_wall + elapsed, "elapsed_s": elapsed,
                               "rate": done * args.batch_size / elapsed, "wait_s": waited,
                               "workers": history,
-                              "workers_at": loader.changed_at if baseline else None,
+                              "workers_at": loader.changed_at if baseline else (
+                                  tuned if climber is not None else None),
                               "master_cpu_s": job.cpu_s() if job is not None else 0.0,
                               "master_gc_s": job.gc_s() if job is not None else 0.0,
                               "master_resize_cpu_s": job.resize_cpu_s() if job else 0.0,

@@ -29,7 +29,14 @@ from .bench_data import (  # the data-path benches
     bench_shared_cache,
     bench_storage,
 )
-from .bench_live import api_flags, bench_api, bench_live, bench_startup, live_flags
+from .bench_live import (
+    api_flags,
+    bench_api,
+    bench_live,
+    bench_startup,
+    bench_tuner,
+    live_flags,
+)
 from .bench_multinode import bench_multinode
 from .bench_soak import bench_soak, soak_flags
 
@@ -74,6 +81,12 @@ def bench_mixes(args) -> int:
     return report.mixes_benchmark(*_options.simulation_setup(args), args.mixes, args.seed,
                                   args.jobs, args.rate, args.json, args.floor_slot,
                                   args.placed_as_balance)
+
+
+def bench_held_out(args) -> int:
+    from adloader.sim.held_out import held_out_benchmark
+
+    return held_out_benchmark(*_options.simulation_setup(args), args.json, args.floor_slot)
 
 
 def bench_install(args) -> int:
@@ -144,8 +157,8 @@ BENCHMARKS: dict[str, Bench] = {
     "allocation": Bench(bench_allocation, "allocation speed of every policy", (
         _flag("--jobs", type=int, default=None, help=f"jobs (default {report.ALLOCATION_JOBS})"),
         _flag("--capacity", type=int, default=1024, help="workers (default 1024)"), JSON)),
-    "mixes": Bench(bench_mixes, "held-out random mixes from the generator, every policy, "
-                                "simulated", (
+    "mixes": Bench(bench_mixes, "development random mixes from the generator (looked at while "
+                                "choosing changes), every policy, simulated", (
         SIM, _flag("--jobs", type=int, default=None,
                    help=f"jobs per mix (default {report.MIXES_JOBS})"),
         _flag("--mixes", type=int, default=10, help="random mixes (default 10)"),
@@ -154,6 +167,10 @@ BENCHMARKS: dict[str, Bench] = {
         _flag("--placed-as-balance", action="store_true",
               help="pin each job to the GPUs balance gave it, in every run: policies compared "
                    "at the same co-location"), JSON)),
+    "held-out": Bench(bench_held_out, "the held-out mixes (seeds fixed in "
+                                      "adloader/sim/held_out.json): run once per release, "
+                                      "reported as they fall; simulated",
+                      (SIM, FLOOR_SLOT, JSON)),
     "declared": Bench(bench_declared, "the declared space of mixes: where coordination gains, "
                                       "ties or costs against no daemon, simulated", (
         _sim("--profile", "--seed", "--truth"), FLOOR_SLOT,
@@ -161,6 +178,9 @@ BENCHMARKS: dict[str, Bench] = {
               help="declared mixes, comma-separated (default: every one)"), JSON)),
     "live": Bench(bench_live, "the static mix as real jobs under real daemons",
                   (QUICK, live_flags, JSON_PLOT)),
+    "tuner": Bench(bench_tuner, "the competent per-job tuner alone, live, against each job's "
+                                "best fixed num_workers in hindsight",
+                   (QUICK, _rounds("rounds (default 2)"), JSON)),
     "api": Bench(bench_api, "REST latency, daemon memory and CPU with N heartbeating masters",
                  (QUICK, api_flags, JSON)),
     "resize": Bench(bench_resize, "live resizes and per-batch cost against torch's DataLoader",

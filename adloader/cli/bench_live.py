@@ -28,7 +28,10 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
-BASELINES = ("requested", "even", "cores", "autotune", "even@trace", "elastic", "one")
+DEFAULT_BASELINES = ("requested", "even", "cores", "autotune", "even@trace", "elastic", "one")
+# the choices (bench.nodaemon.ALL, named here: parsing imports no bench)
+BASELINES = DEFAULT_BASELINES + ("fifo", "shortest", "climb", "elastic:requested",
+                                 "elastic:even", "elastic:cores", "elastic:one")
 
 
 def _baselines(text: str) -> tuple[str, ...]:
@@ -46,7 +49,7 @@ def _baselines(text: str) -> tuple[str, ...]:
 
 def live_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kit", action="store_true",
-                   help="the GPU run kit's plan, sized for a machine lent 15 minutes: the "
+                   help="the GPU run kit's plan, sized for a machine with 15 minutes: the "
                         "profile in about a minute, then ftf and the even split, 2 rounds, "
                         "500 iterations a job (docs/gpu/README.md); flags given still apply")
     p.add_argument("--rounds", type=int, default=None,
@@ -67,7 +70,7 @@ def live_flags(p: argparse.ArgumentParser) -> None:
                         "priority ends best)")
     p.add_argument("--baselines", type=_baselines, default=None,
                    help="no-daemon settings on torch's own DataLoader, comma-separated, or "
-                        f"none (default {','.join(BASELINES)})")
+                        f"none (default {','.join(DEFAULT_BASELINES)})")
     p.add_argument("--member", choices=("paper-static", "fast-gpus", "gpu-node"),
                    default=None,
                    help="the mix to run (default paper-static: the paper's GPUs × 1.2, "
@@ -80,7 +83,7 @@ def live_flags(p: argparse.ArgumentParser) -> None:
                         "tables), timeline.png, machine.json, live.json — the GPU run kit")
 
 
-# the GPU run kit's plan (--kit), sized for a machine lent for 15 minutes, each command at
+# the GPU run kit's plan (--kit), sized for a machine with 15 minutes, each command at
 # most 10: the profile in about a minute (L(D) once, on every other count past 4, each batch
 # copied to the GPU; no contention surface), then the default policy and the even split,
 # 2 rounds, each job 500 iterations (about a minute a run on one H100 with 16 cores)
@@ -143,11 +146,13 @@ def bench_live(args) -> int:
         "training-second (after start: without its fitting worker's start, once a busy period, "
         "as the worker measured it; of it, resizes: the worker pools the masters started for "
         "the daemon's resizes); no daemon: "
-        "torch's own DataLoader, placed as the daemon places (even@trace: on the trace's own "
-        "GPUs); best fixed: of requested, even, cores and one (those run), the one with the least "
-        "median (per figure), paired round by round; "
-        "targets (issue 23): makespan ≤ 1.00× best fixed and ≤ 0.95× requested, mean JCT "
-        "≤ 1.00× best fixed")
+        "torch's own DataLoader unless named elastic or climb, placed as the daemon places "
+        "(even@trace: on the trace's own GPUs); fifo, shortest: a queue, one job at a time "
+        "with the node's workers; best fixed in hindsight: of requested, even, cores and one "
+        "(those run), the one with the least median (per figure), paired round by round; "
+        "best no-daemon in hindsight: the same over every no-daemon row; targets: makespan "
+        "≤ 1.00× best fixed and ≤ 0.95× requested, mean JCT ≤ 1.00× best fixed, both ≤ 1.00× "
+        "the best no-daemon row")
     console.print(_output.table(
         f"each job's rate against its rate under {ref} (median over rounds)",
         *job_rows(summary)))
@@ -220,5 +225,28 @@ def bench_startup(args) -> int:
     out.print(_output.table(f"start-up, median of {result['rounds']} runs (baseline: "
                             f"`python -c 'import argparse'`, {result['baseline_ms']:.0f} ms)",
                             ["command", "ms", "× baseline", "heavy modules loaded"], rows))
+    _output.save(args.json, result)
+    return 0
+
+
+def bench_tuner(args) -> int:
+    """The competent per-job tuner alone on the node against each job's best fixed count."""
+    from adloader.bench.tuner import tuner_bar
+
+    console = _output.console()
+    quick = getattr(args, "quick", False)
+    result = tuner_bar(rounds=args.rounds or (1 if quick else 2),
+                       iterations_scale=0.1 if quick else 0.3,
+                       progress=lambda m: console.print(f"  {m}"))
+    counts = range(1, result["capacity"] + 1)
+    console.print(_output.table(
+        f"each job of {result['trace']} alone on ElasticDataLoader, no daemon: samples/s at "
+        f"each fixed num_workers and with the tuner (from {result['jobs'][0]['tuner_start']}, "
+        f"within {result['capacity']}); medians of {result['rounds']} rounds",
+        ["job", *(str(d) for d in counts), "best fixed (hindsight)", "tuner",
+         "tuner × best", f"≥ {result['bar']:.2f}"],
+        [[j["name"], *(f"{j['fixed'][d]:.0f}" for d in counts),
+          f"{j['best_fixed']} ({j['best_fixed_rate']:.0f})", f"{j['tuner_rate']:.0f}",
+          f"{j['ratio']:.3f}", "yes" if j["met"] else "no"] for j in result["jobs"]]))
     _output.save(args.json, result)
     return 0

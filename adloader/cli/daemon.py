@@ -288,6 +288,9 @@ SETTINGS = {
                     "(ablation; by default a new set of jobs starts from the even split and "
                     "the plan is walked toward in moves the node's measurements keep or "
                     "undo)"),
+    "--loop-most": ("loop_most", float, "the most workers in all the closed loop's capacity "
+                    "probes run, × the capacity (default 1.5; 1: never past the capacity); a "
+                    "probe's workers stay only if the node's measured rate rose"),
     "--heartbeat": ("heartbeat_s", float, "heartbeat interval of the jobs (default 1)"),
     "--profile": ("profile", str, "device profile for the prior TPM (default paper)"),
     "--socket-group": ("socket_group", str, "group whose members' jobs may connect"),

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from adloader.scheduling.batch_window import BatchWindow
+
 
 @dataclass
 class Autotuner:
@@ -34,28 +36,20 @@ class Autotuner:
     workers: int = field(init=False)
     stopped: bool = field(init=False, default=False)
     history: list[tuple[int, float, float]] = field(init=False, default_factory=list)
-    _batches: int = field(init=False, default=0)
-    _samples: int = field(init=False, default=0)
-    _wait: float = field(init=False, default=0.0)
-    _time: float = field(init=False, default=0.0)
+    _window: BatchWindow = field(init=False)
 
     def __post_init__(self) -> None:
         self.workers = max(0, min(int(self.start), int(self.most)))
+        self._window = BatchWindow(self.window)
 
     def observe(self, samples: int, wait_s: float, step_s: float) -> int:
         """One batch: ``samples`` in it, ``wait_s`` blocked on the loader, ``step_s`` the
         rest of the iteration. Returns the workers to use from the next batch on."""
-        self._batches += 1
-        self._samples += samples
-        self._wait += max(wait_s, 0.0)
-        self._time += max(wait_s, 0.0) + max(step_s, 0.0)
-        if self._batches < self.window:
+        read = self._window.add(samples, wait_s, step_s)
+        if read is None:
             return self.workers
-        rate = self._samples / max(self._time, 1e-9)
-        waited = self._wait / max(self._time, 1e-9)
+        rate, waited = read
         self.history.append((self.workers, rate, waited))
-        self._batches = self._samples = 0
-        self._wait = self._time = 0.0
         if self.stopped or self.workers >= self.most:
             return self.workers
         rates = [r for d, r, _ in self.history if d == self.workers - 1]

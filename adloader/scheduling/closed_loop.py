@@ -1,9 +1,15 @@
 """The closed loop: a plan is a hypothesis, and the node's measurements keep it or undo it.
 
-The model proposes, the node decides. When the set of running jobs changes, every job gets
-an even split of the node's workers. Once every job has trained its first batch and the
-new workers have delivered theirs, one window measures the node's rate under the even split
-(Σ of the jobs' measured samples/s). From then on the loop walks toward the policy's plan
+The model proposes, the node decides. When the set of running jobs changes, the loop
+measures where to start: the counts the jobs asked for (``num_workers``, where every job
+said one and they ask for more workers in all than the even split gives — fewer would leave
+cores idle — but no more than the loop ever runs, ``grow_to`` × the node's; first, so a new
+set of jobs starts as it would without a daemon), and the even
+split of the node's workers (first where the jobs asked for none, and after a job ends: its
+workers are free now). Once every job has trained its first batch and the new workers have
+delivered theirs, one window measures the node's rate (Σ of the jobs' measured samples/s)
+under each start in turn; the better one is the *base*. From then on the loop walks toward
+the policy's plan
 in small moves — at most ``step`` workers from one job to another, the pair the model
 ranks best (the donor whose predicted rate falls least, the receiver whose rises most) —
 and each move is a trial: the jobs apply it, the new workers deliver their first batches,
@@ -11,9 +17,15 @@ a window measures the node again, and the move stays only if the measured rate d
 fall by more than the windows' noise (``tolerance`` at least). A move that failed goes back
 at once and that pair is not tried again until the job set changes.
 
-A guard watches every window: a node measured below its even split's rate by more than
-``guard`` for ``guard_windows`` windows in a row goes back to the even split and holds it
-for ``hold_s``; the moves that led there are not tried again while the same jobs run.
+Once no move toward the plan is left to try, the loop probes the node's capacity: a worker
+or two more for the job furthest below its ceiling, past the node's cores if need be (a
+worker that waits on a full queue or on the trainer leaves its core idle), kept only if the
+node's measured rate rose by ``grow_gain`` at least, and never past ``grow_to`` × the node's
+workers in all.
+
+A guard watches every window: a node measured below its base's rate by more than ``guard``
+for ``guard_windows`` windows in a row goes back to the base and holds it for ``hold_s``;
+the moves that led there are not tried again while the same jobs run.
 Moves respect a dwell (a job is resized at most once every ``dwell_s``),
 and a move is not tried for a receiver whose measured time left could not pay back a
 trial (``payback`` × the trial's length).
@@ -45,6 +57,8 @@ class LoopSettings:
     dwell_s: float = 5.0  # a job's resizes at least this far apart
     step: int = 2  # the most workers one move takes
     payback: float = 2.0  # a receiver needs this many trials' time left
+    grow_to: float = 1.5  # capacity probes up to this × the node's workers in all (0: none)
+    grow_gain: float = 0.01  # a probe's workers stay if the node's rate rose this much
 
     def for_heartbeat(self, heartbeat_s: float) -> LoopSettings:
         """These settings with windows long enough for ``heartbeat_s`` (4 beats a window)."""
@@ -64,7 +78,7 @@ class _Job:
 
 @dataclasses.dataclass
 class _Trial:
-    donor: str
+    donor: str | None  # None: a capacity probe (workers added, none taken)
     receiver: str
     workers: int
     before: float  # the node's measured rate before the move
@@ -81,9 +95,14 @@ class ClosedLoop:
         self.jobs: dict[str, _Job] = {}
         self.target: dict[str, int] = {}  # the policy's plan
         self.predict: Callable[[str, int], float] | None = None  # T_j(d), the model's
-        self.phase = "idle"  # start | even | steady | trial | held
+        self.ceiling: dict[str, float] = {}  # the model's ceiling of each job, samples/s
+        self.phase = "idle"  # start | base | steady | trial | held
         self.even_rate: float | None = None  # the node measured under the even split
         self.even_counts: dict[str, int] = {}
+        self.starts: list[tuple[str, dict[str, int]]] = []  # (name, counts) to measure
+        self.measured: list[tuple[str, dict[str, int], float]] = []  # ... and their rates
+        self.base_counts: dict[str, int] = {}  # the better start: what the guard goes back to
+        self.base_rate: float | None = None
         self.caps: dict[str, int | None] = {}
         self.rates: list[float] = []  # the steady windows' node rates, newest last
         self.window_from = 0.0
@@ -122,17 +141,45 @@ class ClosedLoop:
         return {n: max(1, out[n]) for n in names}
 
     def reset(self, now: float, batch_sizes: Mapping[str, int],
-              caps: Mapping[str, int | None] | None = None) -> dict[str, int]:
+              caps: Mapping[str, int | None] | None = None,
+              requested: Mapping[str, int | None] | None = None,
+              first: str = "requested") -> dict[str, int]:
         """A new set of running jobs (name → batch size; ``caps``: the most workers a job
-        may have, where it has a most): the even split, measured anew."""
+        may have, where it has a most; ``requested``: the counts the jobs asked for): the
+        starts to measure, the first of them returned (``first``: ``requested`` or
+        ``even``, where both are measured)."""
         self.jobs = {n: self.jobs.get(n) or _Job(b) for n, b in batch_sizes.items()}
         for job in self.jobs.values():
             job.applied = False
         self.caps = dict(caps or {})
         self.even_counts = self.even(list(batch_sizes), self.caps)
+        self.starts = [("even", dict(self.even_counts))]
+        asked = self._requested(list(batch_sizes), requested)
+        if asked is not None and sum(self.even_counts.values()) < sum(asked.values()) \
+                <= self.most():
+            self.starts.insert(0 if first == "requested" else 1, ("requested", asked))
+        self.measured, self.base_counts, self.base_rate = [], {}, None
         self.phase, self.even_rate, self.rates, self.low = "start", None, [], 0
         self.trial, self.rejected, self.kept, self.held_until = None, set(), set(), 0.0
-        return dict(self.even_counts)
+        return dict(self.starts[0][1])
+
+    def most(self) -> int:
+        """The most workers the loop runs in all (``grow_to`` × the node's)."""
+        return max(self.capacity, int(self.settings.grow_to * self.capacity))
+
+    def _requested(self, names: Sequence[str],
+                   requested: Mapping[str, int | None] | None) -> dict[str, int] | None:
+        """The counts the jobs asked for, each within its cap and the node's workers; None
+        unless every job asked."""
+        if not requested or any(requested.get(n) is None for n in names):
+            return None
+        out = {}
+        for n in names:
+            d = min(max(1, int(requested[n])), self.capacity)
+            if self.caps.get(n) is not None:
+                d = min(d, self.caps[n])
+            out[n] = d
+        return out
 
     # -- what the node measures ----------------------------------------------------------
     def beat(self, now: float, name: str, iteration: int, applied: bool) -> None:
@@ -188,22 +235,18 @@ class ClosedLoop:
 
     def _step(self, now: float, current: Mapping[str, int],
               remaining: Mapping[str, float] | None) -> dict[str, int]:
-        if self.phase == "start":
+        if self.phase == "start":  # a start's counts sent: wait for every job's batches
             started = all(j.applied and j.beats and j.beats[-1][1] > 0
                           for j in self.jobs.values())
             if started:
-                self.phase = "even"
+                self.phase = "base"
                 self.window_from = now + self._settle(current)
             return {}
-        if self.phase == "even":
+        if self.phase == "base":
             rate = self._window(now, self.window_from)
             if rate is None:
                 return {}
-            self.even_rate = rate
-            self.rates = [rate]
-            self.phase, self.window_from = "steady", now
-            self.events.append((None, "loop_even", {"rate": round(rate, 1)}))
-            return self._move(now, current, remaining)
+            return self._measured_start(now, current, remaining, rate)
         if self.phase == "held":
             if now >= self.held_until:
                 self.phase, self.window_from = "steady", now
@@ -221,6 +264,37 @@ class ClosedLoop:
         if self._guard(now, rate, current):
             return self._back_to_even(now, current)
         return self._move(now, current, remaining)
+
+    def _measured_start(self, now: float, current: Mapping[str, int],
+                        remaining: Mapping[str, float] | None, rate: float) -> dict[str, int]:
+        """A start measured: the next one to measure, or the better of them as the base."""
+        name, counts = self.starts[len(self.measured)]
+        self.measured.append((name, counts, rate))
+        if name == "even":
+            self.even_rate = rate
+            self.events.append((None, "loop_even", {"rate": round(rate, 1)}))
+        else:
+            self.events.append((None, "loop_start", {"start": name, "rate": round(rate, 1)}))
+        if len(self.measured) < len(self.starts):
+            self.phase = "start"
+            for job in self.jobs.values():
+                job.applied = False
+            return self._counts(self.starts[len(self.measured)][1], current)
+        best = max(self.measured, key=lambda m: m[2])
+        self.base_counts, self.base_rate = dict(best[1]), best[2]
+        if len(self.measured) > 1:
+            self.events.append((None, "loop_base", {
+                "start": best[0], "rates": {m[0]: round(m[2], 1) for m in self.measured}}))
+        self.rates = [best[2]]
+        self.phase, self.window_from = "steady", now
+        if dict(current) != self.base_counts:  # back to the better start, measured anew
+            self.window_from = now + self._settle(current)
+            return self._counts(self.base_counts, current)
+        return self._move(now, current, remaining)
+
+    @staticmethod
+    def _counts(counts: Mapping[str, int], current: Mapping[str, int]) -> dict[str, int]:
+        return {n: d for n, d in counts.items() if current.get(n) != d}
 
     def _window(self, now: float, since: float) -> float | None:
         """The node's rate over a window from ``since``, once it is over (None before; a
@@ -267,22 +341,22 @@ class ClosedLoop:
 
     def _guard(self, now: float, rate: float, current: Mapping[str, int]) -> bool:
         s = self.settings
-        if self.even_rate is None or dict(current) == self.even_counts:
+        if self.base_rate is None or dict(current) == self.base_counts:
             self.low = 0
             return False
-        self.low = self.low + 1 if rate < (1 - s.guard) * self.even_rate else 0
+        self.low = self.low + 1 if rate < (1 - s.guard) * self.base_rate else 0
         return self.low >= s.guard_windows
 
     def _back_to_even(self, now: float, current: Mapping[str, int]) -> dict[str, int]:
-        """The guard: the even split, held; the moves that led below it are not tried
-        again (until the job set changes)."""
+        """The guard: the base (the better measured start), held; the moves that led below
+        it are not tried again (until the job set changes)."""
         self.phase, self.held_until, self.low = "held", now + self.settings.hold_s, 0
         self.rejected |= self.kept
         self.kept = set()
         self.events.append((None, "loop_guard", {
             "rate": round(self.rates[-1], 1), "even_rate": round(self.even_rate or 0.0, 1),
-            "hold_s": self.settings.hold_s}))
-        return {n: d for n, d in self.even_counts.items() if current.get(n) != d}
+            "base_rate": round(self.base_rate or 0.0, 1), "hold_s": self.settings.hold_s}))
+        return self._counts(self.base_counts, current)
 
     def _move(self, now: float, current: Mapping[str, int],
               remaining: Mapping[str, float] | None) -> dict[str, int]:
@@ -294,16 +368,48 @@ class ClosedLoop:
                      and self._pays_back(n, current, remaining)]
         pairs = [(d, r) for d in donors for r in receivers if (d, r) not in self.rejected]
         if not pairs:
-            return {}
+            return self._grow(now, current, remaining)
         donor, receiver = max(pairs, key=lambda p: self._worth(p, current))
         k = min(s.step, current[donor] - max(self.target.get(donor, 1), 1),
                 self.target[receiver] - current[receiver])
-        before = self.rates[-1]
-        noise = (max(self.rates) - min(self.rates)) / max(before, 1e-9) \
-            if len(self.rates) > 1 else 0.0
-        self.trial = _Trial(donor, receiver, k, before, noise)
+        self.trial = _Trial(donor, receiver, k, self.rates[-1], self._noise())
         self.phase = "trial"
         return {donor: current[donor] - k, receiver: current[receiver] + k}
+
+    def _noise(self) -> float:
+        """The relative spread of the steady windows' rates."""
+        before = self.rates[-1]
+        return (max(self.rates) - min(self.rates)) / max(before, 1e-9) \
+            if len(self.rates) > 1 else 0.0
+
+    def _grow(self, now: float, current: Mapping[str, int],
+              remaining: Mapping[str, float] | None) -> dict[str, int]:
+        """A capacity probe: ``step`` workers more for the job furthest below its ceiling
+        (measured rate against the model's), none taken from another."""
+        s = self.settings
+        room = self.most() - sum(current.get(n, 0) for n in self.jobs)
+        if room <= 0:
+            return {}
+        ratios = {}
+        for n in self.jobs:
+            cap = self.caps.get(n)
+            if (None, n) in self.rejected or (cap is not None and current.get(n, 0) >= cap) \
+                    or now - self.jobs[n].resized_at < s.dwell_s \
+                    or not self._pays_back(n, current, remaining):
+                continue
+            rate, ceiling = self.recent_rate(n), self.ceiling.get(n, 0.0)
+            ratios[n] = rate / ceiling if rate and ceiling > 0 else 0.5
+        ratios = {n: r for n, r in ratios.items() if r < 0.95}  # at its ceiling: no use
+        if not ratios:
+            return {}
+        receiver = min(ratios, key=lambda n: (ratios[n], n))
+        k = min(s.step, room)
+        cap = self.caps.get(receiver)
+        if cap is not None:
+            k = min(k, cap - current[receiver])
+        self.trial = _Trial(None, receiver, k, self.rates[-1], self._noise())
+        self.phase = "trial"
+        return {receiver: current[receiver] + k}
 
     def _worth(self, pair: tuple[str, str], current: Mapping[str, int]) -> float:
         """The model's predicted gain of moving one worker along ``pair`` (0 without one)."""
@@ -327,13 +433,17 @@ class ClosedLoop:
     def _judge(self, now: float, current: Mapping[str, int]) -> dict[str, int]:
         trial, s = self.trial, self.settings
         if trial.since is None:
-            if self.jobs[trial.donor].applied and self.jobs[trial.receiver].applied:
+            if (trial.donor is None or self.jobs[trial.donor].applied) \
+                    and self.jobs[trial.receiver].applied:
                 trial.since = now + self._settle(current, trial.receiver)
             return {}
         rate = self._window(now, trial.since)
         if rate is None:
             return {}
-        tolerance = max(s.tolerance, trial.noise)
+        if trial.donor is None:  # a probe: its workers must pay for themselves
+            tolerance = -max(s.grow_gain, trial.noise / 2)
+        else:
+            tolerance = max(s.tolerance, trial.noise)
         kept = rate >= (1 - tolerance) * trial.before
         data = {"from": trial.donor, "to": trial.receiver, "workers": trial.workers,
                 "before": round(trial.before, 1), "after": round(rate, 1),
@@ -349,6 +459,9 @@ class ClosedLoop:
             return {}
         self.rejected.add((trial.donor, trial.receiver))
         self.events.append((None, "loop_reverted", data))
+        if trial.donor is None:
+            self.window_from = now + self._settle(current, trial.receiver)
+            return {trial.receiver: current[trial.receiver] - trial.workers}
         self.window_from = now + self._settle(current, trial.donor)
         return {trial.donor: current[trial.donor] + trial.workers,
                 trial.receiver: current[trial.receiver] - trial.workers}

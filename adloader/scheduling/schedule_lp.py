@@ -110,7 +110,9 @@ def best_schedule(samples: Sequence[float], options: Options,
 
 def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[float],
                    gpu_ids: Sequence[Sequence[int]] | None = None,
-                   gpus: Sequence[int] | None = None, node_gpus: int = 0) -> dict:
+                   gpus: Sequence[int] | None = None, node_gpus: int = 0,
+                   intake: Sequence[float] | None = None,
+                   deadline: Sequence[float] | None = None) -> dict:
     """A floor under every schedule's mean completion time, jobs all present at t = 0.
 
     The rates any schedule can run lie in R = {r ≥ 0 : Σ_i r_i ≤ L, and on every GPU g
@@ -124,6 +126,11 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
     Without ``gpu_ids`` (any placement): each job's own GPUs are busy at most all the time,
     τ_i·r_i ≤ 1, and the node's ``node_gpus`` GPUs at most all of theirs, Σ_i g_i·τ_i·r_i ≤
     G (g_i = ``gpus``, the job's GPU count) — looser, and true of every placement.
+
+    ``intake`` (samples/s, one a job; 0 or inf: none): each job's training loop takes in at
+    most C_i whatever its workers (its intake ceiling), r_i ≤ C_i — R shrinks again.
+    ``deadline`` (seconds, one a job; inf: none): the schedules that complete each job by
+    its deadline (no order that cannot is counted).
     """
     from scipy.optimize import linprog
 
@@ -165,6 +172,12 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
             row[k] = -loading
             rows.append(row)
             rhs.append(0.0)
+            for i in range(n):  # its intake: y_{k,i} ≤ C_i·t_k
+                if intake is not None and 0 < intake[i] < np.inf:
+                    row = np.zeros(width)
+                    row[y(k, i)], row[k] = 1.0, -float(intake[i])
+                    rows.append(row)
+                    rhs.append(0.0)
             for m, w, cap in zip(members, weight, limit, strict=True):
                 row = np.zeros(width)  # GPU time: Σ_{i on g} τ_i·y_{k,i} ≤ cap·t_k
                 for i, tau in zip(m, w, strict=True):
@@ -172,6 +185,12 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
                 row[k] = -cap
                 rows.append(row)
                 rhs.append(0.0)
+        for i in range(n):  # by its deadline: Σ_{k ≤ its phase} t_k ≤ D_i
+            if deadline is not None and deadline[i] < np.inf:
+                row = np.zeros(width)
+                row[:pos[i] + 1] = 1.0
+                rows.append(row)
+                rhs.append(float(deadline[i]))
         for i in range(n):  # done by its phase: Σ_k y_{k,i} ≥ S_i
             row = np.zeros(width)
             row[[y(k, i) for k in range(pos[i] + 1)]] = -1.0
@@ -191,5 +210,7 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
                         ends=[float(ends[pos[i]]) for i in range(n)])
     busy = [sum(tau * s[i] for i, tau in zip(m, w, strict=True)) / cap
             for m, w, cap in zip(members, weight, limit, strict=True)]
-    best["makespan"] = float(max([s.sum() / loading, *busy]))
+    alone = [s[i] / intake[i] for i in range(n)
+             if intake is not None and 0 < intake[i] < np.inf]
+    best["makespan"] = float(max([s.sum() / loading, *busy, *alone]))
     return best

@@ -8,7 +8,8 @@
 - allocation: time to allocate 1,000 jobs over 1,024 workers, per policy, against ``optimal``;
   ``fair`` re-solving after one change and after one arrival on a 16-job node.
 
-The held-out random mixes (``adloader bench mixes``) are ``adloader.sim.held_out_mixes``.
+The development random mixes (``adloader bench mixes``) are ``adloader.sim.held_out_mixes``;
+the held-out set (``adloader bench held-out``, once per release) is ``adloader.sim.held_out``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,26 @@
-"""What a node does without adloader, simulated: the baselines users run (issue 23), beside
+"""What a node does without adloader, simulated: the baselines users run, beside
 the daemon's policies, on one truth.
 
 No daemon means no arrival or completion buffer and no capacity cap: each job runs from its
 arrival with a fixed ``num_workers`` — the trace's own (``requested``), the node's workers
 split evenly (``even``), the node's cores each (``cores``), or one each (``one``, the best
-fixed setting of the live static mix on a 2-core machine) — or with its own autotuner
+fixed setting) — or with its own autotuner
 (``autotune``: ``adloader.sim.autotuned``, the tuner the live baseline runs), and the CPU is
 shared as ``cpu_sharing`` says (``kernel``: sleeping workers yield, as a Linux node does;
 ``static``: the model's own assumption). The policies run as the daemon runs them: its
 buffers, reallocation, on the same truth, and its capacity as ``adloader daemon`` takes it by
 default — the node's cores (``base.capacity`` when given); ``even`` splits the same count.
 
-Every ratio is against ``even`` in the same call, and against the best fixed setting: per
-figure, the least of ``requested``, ``even``, ``cores`` and ``one`` (the simulation is exact, so a
-minimum is not a biased pick of noise). The makespan here runs from the first arrival (the
-simulator's own ``makespan_s`` starts at the first job's start, which leaves the daemon's
-arrival buffer out).
+Beside them, the baselines a careful user without a daemon could also run: each job's own
+fixed count chosen in hindsight (``best_per_job``: coordinate descent on the mean JCT from the
+best uniform setting, ``HINDSIGHT``), and the jobs one at a time, each alone with the node's
+workers, in arrival order or shortest first (``adloader.sim.queues``).
+
+Every ratio is against ``even`` in the same call, and against the best fixed setting in
+hindsight: per figure, the least of the uniform settings ``requested``, ``even``, ``cores`` and
+``one`` (the simulation is exact, so a minimum is not a biased pick of noise; a user would not
+know it beforehand). The makespan here runs from the first arrival (the simulator's own
+``makespan_s`` starts at the first job's start, which leaves the daemon's arrival buffer out).
 """
 
 from __future__ import annotations
@@ -30,7 +35,17 @@ from adloader.sim.trace import Trace
 SETTINGS = ("requested", "even", "cores", "one")  # fixed num_workers
 AUTOTUNE = "autotune"
 FIGURES = ("makespan_s", "mean_jct_s", "worst_jct_s")
-MIX_FLOOR_LIMIT_S = 60.0  # the whole-trace program of one held-out mix stops here (dual bound)
+HINDSIGHT = "best per-job counts (hindsight)"  # each job's own fixed count, searched
+HINDSIGHT_PASSES = 4  # coordinate descent stops after this many passes at most
+QUEUES = (("fifo", "fifo queue"), ("shortest", "shortest-first queue"))  # order, row name
+# across_mixes' ratios of the policy to the careful user's other baselines: key: (row, figure)
+BASELINE_KEYS = {
+    "mean_jct_x_hindsight": (HINDSIGHT, "mean_jct_s"),
+    "makespan_x_hindsight": (HINDSIGHT, "makespan_s"),
+    "mean_jct_x_fifo_queue": ("fifo queue", "mean_jct_s"),
+    "mean_jct_x_shortest_queue": ("shortest-first queue", "mean_jct_s"),
+}
+MIX_FLOOR_LIMIT_S = 60.0  # the whole-trace program of one mix stops here (dual bound)
 
 
 def fixed_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict[str, int]:
@@ -40,24 +55,74 @@ def fixed_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict
             for j in trace.jobs}
 
 
+def no_daemon_config(base: SimConfig, capacity: int, cpu_sharing: str) -> SimConfig:
+    """A node without the daemon: each job keeps its ``workers``, no buffers, no
+    reallocation, no correction, ``capacity`` workers in all (no cap below the jobs' sum)."""
+    return replace(base, policy="requested", realloc=False, correct=False, capacity=capacity,
+                   arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0,
+                   cpu_sharing=cpu_sharing)
+
+
+def fixed_run(trace: Trace, workers: dict[str, int], profile: DeviceProfile, model,
+              base: SimConfig, cpu_sharing: str) -> dict:
+    """``trace`` with no daemon, each job with its ``workers`` fixed: ``SimResult.to_json``."""
+    fixed = trace.model_copy(update={"jobs": tuple(
+        j.model_copy(update={"workers": workers[j.name]}) for j in trace.jobs)})
+    config = no_daemon_config(base, sum(workers.values()), cpu_sharing)
+    return simulate(fixed, profile, model, config).to_json()
+
+
+def best_per_job(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
+                 start: dict[str, int], cpu_sharing: str = "kernel",
+                 passes: int = HINDSIGHT_PASSES) -> tuple[dict[str, int], dict]:
+    """Each job's own fixed ``num_workers``, chosen in hindsight for the least mean JCT:
+    coordinate descent from ``start`` (the best uniform setting's counts), trying each job's
+    count in 1..the profile's cores in turn (the others held) and keeping a change where the
+    mean JCT falls, until a full pass changes nothing or ``passes`` passes. A local optimum
+    of an exhaustive search no user could run beforehand: an upper bound on what any fixed
+    per-job choice reaches from it. (counts, its run's ``to_json``)."""
+    runs: dict[tuple[int, ...], dict] = {}
+
+    def run(counts: dict[str, int]) -> dict:
+        key = tuple(counts[j.name] for j in trace.jobs)
+        if key not in runs:
+            runs[key] = fixed_run(trace, counts, profile, model, base, cpu_sharing)
+        return runs[key]
+
+    counts = dict(start)
+    best = run(counts)
+    for _ in range(passes):
+        changed = False
+        for job in trace.jobs:
+            for n in range(1, profile.cores + 1):
+                if n == counts[job.name]:
+                    continue
+                trial = {**counts, job.name: n}
+                result = run(trial)
+                if result["mean_jct_s"] < best["mean_jct_s"] - 1e-9:
+                    counts, best, changed = trial, result, True
+        if not changed:
+            break
+    return counts, best
+
+
 def compare(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
             policies: tuple[str, ...] = ("balance", "ftf"),
-            cpu_sharing: str = "kernel") -> list[dict]:
-    """Each no-daemon setting and each policy once on ``trace``, under ``cpu_sharing``."""
+            cpu_sharing: str = "kernel", hindsight: bool = True,
+            queues: bool = True) -> list[dict]:
+    """Each no-daemon setting and each policy once on ``trace``, under ``cpu_sharing``; in
+    this order: the uniform fixed settings (``SETTINGS``), the autotuner, the policies,
+    then (``hindsight``) each job's own best fixed count in hindsight (``best_per_job``)
+    and (``queues``) the FIFO and shortest-first queues (``adloader.sim.queues``)."""
     from adloader.sim.autotuned import simulate_autotuned
+    from adloader.sim.queues import simulate_queue
 
     capacity = base.capacity or profile.cores
     rows = []
     for setting in SETTINGS:
         workers = fixed_workers(trace, setting, capacity, profile.cores)
-        fixed = trace.model_copy(update={"jobs": tuple(
-            j.model_copy(update={"workers": workers[j.name]}) for j in trace.jobs)})
-        config = replace(base, policy="requested", realloc=False, correct=False,
-                         capacity=sum(workers.values()), arrival_window_s=0.0,
-                         arrival_settle_s=0.0, completion_window_s=0.0,
-                         cpu_sharing=cpu_sharing)
         rows.append({"setting": f"no daemon: {setting}",
-                     **simulate(fixed, profile, model, config).to_json()})
+                     **fixed_run(trace, workers, profile, model, base, cpu_sharing)})
     rows.append({"setting": f"no daemon: {AUTOTUNE}", **simulate_autotuned(
         trace, profile, model, replace(base, cpu_sharing=cpu_sharing)).to_json()})
     for policy in policies:
@@ -65,6 +130,16 @@ def compare(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
                          capacity=capacity)
         rows.append({"setting": f"daemon: {policy}",
                      **simulate(trace, profile, model, config).to_json()})
+    if hindsight:  # from the uniform setting with the least mean JCT (of the same figure)
+        uniform = min(rows[:len(SETTINGS)], key=lambda r: r["mean_jct_s"])
+        start = fixed_workers(trace, uniform["setting"].removeprefix("no daemon: "),
+                              capacity, profile.cores)
+        _, searched = best_per_job(trace, profile, model, base, start, cpu_sharing)
+        rows.append({"setting": f"no daemon: {HINDSIGHT}", **searched})
+    if queues:
+        for order, name in QUEUES:
+            rows.append({"setting": f"no daemon: {name}", **simulate_queue(
+                trace, profile, model, replace(base, cpu_sharing=cpu_sharing), order)})
     for r in rows:
         r["makespan_s"] = max(j["end_s"] for j in r["jobs"]) - min(
             j["arrival_s"] for j in r["jobs"])
@@ -85,7 +160,10 @@ def compare(trace: Trace, profile: DeviceProfile, model, base: SimConfig,
 
 
 def best_fixed(rows: list[dict]) -> dict[str, dict]:
-    """Per figure of ``FIGURES``, the fixed no-daemon row of ``compare`` with the least."""
+    """Per figure of ``FIGURES``, the uniform fixed no-daemon row of ``compare`` with the
+    least (``SETTINGS``: one rule for every job): the best fixed setting in hindsight, picked
+    after seeing every setting's figures. Each job's own best count (``HINDSIGHT``) is not
+    among them: it is its own row."""
     fixed = [r for r in rows if r["setting"] in {f"no daemon: {s}" for s in SETTINGS}]
     return {f: min(fixed, key=lambda r, f=f: r[f]) for f in FIGURES}
 
@@ -129,9 +207,9 @@ def fair_floor(trace: Trace, profile: DeviceProfile, model, base: SimConfig, row
 
 
 def targets(row: dict, floor: float = 1 / 0.95) -> dict[str, bool]:
-    """Issue 23's simulated targets for a policy's row of ``compare``: ≥ 1.2× better makespan
-    or mean JCT than the best fixed setting, ≥ 1.1× than the autotuner, no job's JCT worse
-    than 1/0.95 of its even-split JCT."""
+    """The simulated targets for a policy's row of ``compare``: ≥ 1.2× better makespan
+    or mean JCT than the best uniform fixed setting in hindsight (``best_fixed``), ≥ 1.1×
+    than the autotuner, no job's JCT worse than 1/0.95 of its even-split JCT."""
     return {
         "1.2x best fixed": min(row["makespan_x_best_fixed"], row["mean_jct_x_best_fixed"])
         <= 1 / 1.2,
@@ -142,20 +220,25 @@ def targets(row: dict, floor: float = 1 / 0.95) -> dict[str, bool]:
 
 def across_mixes(profile: DeviceProfile, model, base: SimConfig, seeds: list[int],
                  jobs: int, mix: str = "paper", rate: float = 1 / 60,
-                 policy: str = "ftf", floor_slot: float | None = None) -> dict:
-    """``compare`` on each generated mix (the held-out seeds ``bench mixes`` runs): ``policy``
-    against the best fixed setting and the autotuner, per mix, with the floor no schedule
-    goes under (``floor``: per group of jobs present together, and with ``floor_slot`` over
-    the whole trace too, the higher taken); medians, min and max over the mixes, and in how
-    many each of ``targets`` held."""
+                 policy: str = "ftf", floor_slot: float | None = None,
+                 baselines: bool = True) -> dict:
+    """``compare`` on each generated mix (the development seeds ``bench mixes`` runs, or the
+    held-out set ``bench held-out`` runs once): ``policy`` against the best uniform fixed
+    setting in hindsight and the autotuner, per mix, with the floor no schedule goes under
+    (``floor``: per group of jobs present together, and with ``floor_slot`` over the whole
+    trace too, the higher taken); medians, min and max over the mixes, and in how many each
+    of ``targets`` held. ``baselines``: also ``policy`` against each job's own best fixed
+    count in hindsight and the FIFO and shortest-first queues (``BASELINE_KEYS``)."""
     from adloader.sim.generator import generate
 
     capacity = base.capacity or profile.cores
     per_mix = []
     for s in seeds:
         trace = generate(jobs, s, mix, rate, profile.gpus)
-        rows = compare(trace, profile, model, base, (policy,))
+        rows = compare(trace, profile, model, base, (policy,), hindsight=baselines,
+                       queues=baselines)
         mine = next(r for r in rows if r["setting"] == f"daemon: {policy}")
+        others = {r["setting"]: r for r in rows}
         best = best_fixed(rows)["mean_jct_s"]
         least = floor(trace, profile, model, base, floor_slot, MIX_FLOOR_LIMIT_S)
         per_mix.append({
@@ -166,9 +249,13 @@ def across_mixes(profile: DeviceProfile, model, base: SimConfig, seeds: list[int
             "floor_x_best_fixed": float(least["mean_jct"]) / best["mean_jct_s"],
             "floor_method": least["method"],
             "targets": targets(mine)})
+        if baselines:
+            for key, (setting, figure) in BASELINE_KEYS.items():
+                per_mix[-1][key] = mine[figure] / others[f"no daemon: {setting}"][figure]
     summary = {}
     for key in ("makespan_x_best_fixed", "mean_jct_x_best_fixed", "makespan_x_autotune",
-                "mean_jct_x_autotune", "worst_jct_x_even", "floor_x_best_fixed"):
+                "mean_jct_x_autotune", "worst_jct_x_even", "floor_x_best_fixed",
+                *(BASELINE_KEYS if baselines else ())):
         values = [m[key] for m in per_mix]
         summary[key] = {"median": statistics.median(values), "min": min(values),
                         "max": max(values)}

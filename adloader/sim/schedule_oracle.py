@@ -101,8 +101,9 @@ def jct_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     better than beside the others (a schedule of every job, cut to one group's, is one of
     that group's), so the groups' floors add up to a floor of the whole; a group of more than
     ``GROUP`` jobs is cut into parts of ``GROUP`` the same way (looser: every order of every
-    part is tried, not of the whole group). ``peak``: the node's
-    peak loading when known otherwise (a live sitting's own)."""
+    part is tried, not of the whole group). Where the truth caps each job at an intake
+    ceiling (``gpu-node``), the floor holds each job to it too. ``peak``: the node's
+    peak loading when known otherwise (a live bench run's own)."""
     from adloader.scheduling.schedule_lp import least_mean_jct
 
     sim = Simulator(trace, profile, model, base or SimConfig())
@@ -117,7 +118,8 @@ def jct_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     for arrival, jobs in parts:
         out = least_mean_jct([j.spec.iterations * j.spec.batch_size for j in jobs], peak,
                              [j.step_s / j.spec.batch_size for j in jobs],
-                             gpus=[j.spec.gpus for j in jobs], node_gpus=sim.gpus)
+                             gpus=[j.spec.gpus for j in jobs], node_gpus=sim.gpus,
+                             intake=[sim.intake.get(j.name, 0.0) for j in jobs])
         total += out["mean_jct"] * len(jobs)
         ends.update({j.name: arrival + c for j, c in zip(jobs, out["ends"], strict=True)})
         span = max(span, arrival + out["makespan"])

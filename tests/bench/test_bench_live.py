@@ -173,8 +173,45 @@ def test_rounds_are_paired_with_the_even_split_of_the_same_round():
     assert ftf["best_fixed"] == {"makespan_s": even, "mean_jct_s": even}  # least median
     assert ftf["makespan_vs_requested"] == pytest.approx(0.75)
     assert ftf["met"] == ["makespan_vs_best_fixed", "makespan_vs_requested",
-                          "jct_vs_best_fixed"]
+                          "jct_vs_best_fixed", "makespan_vs_best_nodaemon",
+                          "jct_vs_best_nodaemon"]
     assert rows[req]["met"] == [] and rows[req]["makespan_paired"] == pytest.approx(1.2)
+    # a queue: one job at a time ends the first sooner (mean JCT) and the last later; it is
+    # no fixed setting, but the best no-daemon row in hindsight for the mean JCT
+    fifo = "no daemon: fifo"
+    runs += [run(fifo, 0, {"a": (20, 5), "b": (20, 10)}, 10),
+             run(fifo, 1, {"a": (40, 2.5), "b": (40, 5)}, 5)]
+    rows = {r["policy"]: r for r in summarise_rounds(runs, ("ftf", even, req, fifo))}
+    ftf = rows["ftf"]
+    assert ftf["best_fixed"] == {"makespan_s": even, "mean_jct_s": even}
+    assert ftf["best_nodaemon"] == {"makespan_s": even, "mean_jct_s": fifo}
+    assert ftf["jct_vs_best_nodaemon"] == pytest.approx(1.0)  # 7.5 / 7.5, 3.75 / 3.75
+    assert "jct_vs_best_nodaemon" in ftf["met"]
+
+
+def test_quick_bench_live_runs_the_queues_the_tuner_and_our_loader_alone(tmp_path):
+    """The no-daemon rows a careful user compares with: a queue one job at a time (each with
+    the node's workers, one after another), the competent tuner on our loader, and our loader
+    alone at a fixed count."""
+    out = tmp_path / "live.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "adloader", "bench", "live", "--quick", "--workers", "2",
+         "--policies", "ftf", "--baselines", "even,fifo,shortest,climb,elastic:one",
+         "--json", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    runs = {r["policy"]: r for r in result["runs"]}
+    for queue in ("no daemon: fifo", "no daemon: shortest"):
+        jobs = sorted(runs[queue]["jobs"], key=lambda j: j["start_s"])
+        assert all(j["workers_initial"] == 2 for j in jobs)  # the node's workers, alone
+        for before, after in zip(jobs, jobs[1:], strict=False):
+            assert after["start_s"] >= before["end_s"] - 1e-6  # one after another
+    climb = runs["no daemon: climb"]
+    assert all(j["loader"] == "elastic" and j["workers_at"] for j in climb["jobs"])
+    assert all(j["loader"] == "elastic" for j in runs["no daemon: elastic:one"]["jobs"])
+    assert all(j["workers_initial"] == 1 for j in runs["no daemon: elastic:one"]["jobs"])
+    row = next(r for r in result["summary"] if r["policy"] == "ftf")
+    assert row["best_nodaemon"]["makespan_s"].startswith("no daemon: ")
 
 
 def _check_the_report(kit, result):

@@ -20,11 +20,13 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "allocation": {"--jobs", "--capacity", "--json"},
     "mixes": SIM | {"--jobs", "--mixes", "--rate", "--floor-slot", "--placed-as-balance",
                    "--json"},
+    "held-out": SIM | {"--floor-slot", "--json"},
     "declared": {"--profile", "--seed", "--truth", "--floor-slot", "--mixes", "--json"},
     "live": {"--quick", "--kit", "--rounds", "--iterations-scale", "--crop", "--workers",
              "--policies", "--baselines", "--report", "--member"}
     | OUT,
     "api": {"--quick", "--masters", "--json"},
+    "tuner": {"--quick", "--rounds", "--json"},
     "soak": {"--quick", "--jobs", "--json"},
     "resize": {"--quick", "--json"},
     "cache": {"--quick", "--ranks-per-node", "--json"},
@@ -244,3 +246,28 @@ def test_the_one_baseline_gives_every_job_one_worker_and_counts_as_fixed():
     trace = load_trace("paper-static")
     assert set(nodaemon.baseline_workers(trace, "one", 6, 2).values()) == {1}
     assert "no daemon: one" in live_rounds.FIXED  # the best fixed setting is chosen among these
+
+
+def test_the_no_daemon_rows_name_their_loader_counts_and_order():
+    from adloader.bench import nodaemon
+    from adloader.cli.bench_live import BASELINES
+    from adloader.sim.trace import load_trace
+
+    assert set(BASELINES) == set(nodaemon.ALL)  # the command line offers every row
+    trace = load_trace("paper-static")
+    assert nodaemon.loader_of("elastic:one") == nodaemon.loader_of("climb") == "elastic"
+    assert nodaemon.loader_of("fifo") == nodaemon.loader_of("even@trace") == "torch"
+    assert nodaemon.baseline_workers(trace, "elastic:one", 6, 2) == \
+        nodaemon.baseline_workers(trace, "one", 6, 2)
+    assert nodaemon.baseline_workers(trace, "elastic", 6, 2) == \
+        nodaemon.baseline_workers(trace, "even", 6, 2)
+    assert set(nodaemon.baseline_workers(trace, "fifo", 6, 2).values()) == {6}  # alone
+    assert nodaemon.baseline_workers(trace, "climb", 6, 2) == \
+        nodaemon.baseline_workers(trace, "even", 6, 2)  # the tuner's start
+    short = trace.model_copy(update={"jobs": (
+        trace.jobs[0].model_copy(update={"iterations": 900}), *trace.jobs[1:],
+        trace.jobs[0].model_copy(update={"name": "tiny", "iterations": 10, "arrival_s": 5.0}))})
+    assert [j.name for j in nodaemon.queue_order(short, "fifo")] == \
+        ["Resnet18", "mdResnet12", "smResnet20", "tiny"]
+    assert [j.name for j in nodaemon.queue_order(short, "shortest")] == \
+        ["tiny", "mdResnet12", "smResnet20", "Resnet18"]

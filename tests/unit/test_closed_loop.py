@@ -91,10 +91,12 @@ class Truth:
     """The node as it is: job ``n`` trains at ``rate(n, d)`` samples/s with ``d`` workers
     applied, a count sent is applied ``delay`` s later, a heartbeat every ``dt``."""
 
-    def __init__(self, loop: ClosedLoop, rate, names, delay: float = 1.0, dt: float = 0.5):
+    def __init__(self, loop: ClosedLoop, rate, names, delay: float = 1.0, dt: float = 0.5,
+                 requested: dict[str, int] | None = None):
         self.loop, self.rate, self.delay, self.dt = loop, rate, delay, dt
         self.t = 0.0
-        self.sent = loop.reset(self.t, {n: B for n in names})  # what the daemon holds
+        self.sent = loop.reset(self.t, {n: B for n in names},  # what the daemon holds
+                               requested=requested)
         self.applied = dict(self.sent)
         self.pending: list[tuple[float, str, int]] = []
         self.done = dict.fromkeys(names, 0.0)
@@ -153,8 +155,9 @@ def test_a_move_the_node_measures_worse_is_moved_back_and_not_tried_again():
     reverted = [e for e in loop.events if e[1] == "loop_reverted"]
     assert reverted and reverted[0][2]["after"] < reverted[0][2]["before"]
     assert not [e for e in loop.events if e[1] == "loop_kept"]
-    # tried each way once at most (the pairs toward the plan), then never again
-    moves = [h for h in truth.history[1:] if h[1]["a"] > 6]
+    # tried each way once at most (the pairs toward the plan), then never again (a capacity
+    # probe, workers added past 16, is not a move)
+    moves = [h for h in truth.history[1:] if h[1]["a"] > 6 and sum(h[1].values()) == 16]
     assert 1 <= len(moves) <= 2
     # never below the even split's rate for longer than a trial (cold start + two windows)
     low = [t for t, r in truth.node if r < 0.97 * even_truth_rate(truth)]
@@ -164,8 +167,8 @@ def test_a_move_the_node_measures_worse_is_moved_back_and_not_tried_again():
 def test_a_move_the_node_measures_better_is_kept():
     """The truth agrees with the model here (job a loads 2x per worker): the loop walks all
     the way to the plan, each move kept."""
-    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
-    loop.target = {"a": 12, "b": 2, "c": 2}
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=0.0))  # no
+    loop.target = {"a": 12, "b": 2, "c": 2}  # probes: every worker adds in this truth
     truth = Truth(loop, lambda n, d: PER_WORKER * d * (2 if n == "a" else 1), ["a", "b", "c"])
     truth.run(80)
     assert truth.sent == {"a": 12, "b": 2, "c": 2}
@@ -181,7 +184,7 @@ def test_the_guard_returns_to_even_when_small_losses_add_up_and_holds_it():
     def rate(n, d):  # a's workers past 6 load 85 % as much each: each move of 2 costs ~2 %
         return PER_WORKER * (min(d, 6) + 0.85 * max(d - 6, 0)) if n == "a" \
             else PER_WORKER * d
-    settings = LoopSettings(window_s=2.0, dwell_s=0.0, hold_s=30.0)
+    settings = LoopSettings(window_s=2.0, dwell_s=0.0, hold_s=30.0, grow_to=0.0)
     loop = ClosedLoop(16, settings)
     loop.target = {"a": 12, "b": 2, "c": 2}
     truth = Truth(loop, rate, ["a", "b", "c"])
@@ -198,7 +201,7 @@ def test_the_guard_returns_to_even_when_small_losses_add_up_and_holds_it():
 
 
 def test_a_jobs_resizes_are_a_dwell_apart():
-    loop = ClosedLoop(16, LoopSettings(window_s=1.0, dwell_s=10.0))
+    loop = ClosedLoop(16, LoopSettings(window_s=1.0, dwell_s=10.0, grow_to=0.0))
     loop.target = {"a": 12, "b": 2, "c": 2}
     truth = Truth(loop, lambda n, d: PER_WORKER * d * (2 if n == "a" else 1), ["a", "b", "c"])
     truth.run(60)
@@ -208,12 +211,92 @@ def test_a_jobs_resizes_are_a_dwell_apart():
 
 
 def test_no_worker_goes_to_a_job_that_ends_before_its_trial_could_pay_back():
-    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=0.0))
     loop.target = {"a": 12, "b": 2, "c": 2}
     truth = Truth(loop, lambda n, d: PER_WORKER * d * (2 if n == "a" else 1), ["a", "b", "c"])
     # a has 3 s of samples left at its rate: a trial (settle + window) could not pay back
     truth.run(40, remaining={"a": 3 * PER_WORKER * 12, "b": 1e9, "c": 1e9})
     assert truth.sent == {"a": 6, "b": 5, "c": 5}
+
+
+def test_the_counts_the_jobs_asked_for_are_measured_then_the_even_split_the_better_kept():
+    """Each job asked for 8 workers (24 on a node of 16: its workers wait on the trainer part
+    of the time, so more of them load more): the loop starts the jobs as asked, measures,
+    then measures the even split, and keeps the better as its base."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))  # 24: its most, no probes
+    loop.target = {"a": 6, "b": 5, "c": 5}
+    names = ["a", "b", "c"]
+    truth = Truth(loop, lambda n, d: PER_WORKER * min(d, 8) * 0.5, names,
+                  requested=dict.fromkeys(names, 8))
+    assert truth.sent == dict.fromkeys(names, 8)  # as asked, first
+    truth.run(40)
+    assert any(counts == {"a": 6, "b": 5, "c": 5} for _, counts in truth.history)  # tried
+    base = [e[2] for e in loop.events if e[1] == "loop_base"]
+    assert base and base[0]["start"] == "requested"
+    assert base[0]["rates"]["requested"] > base[0]["rates"]["even"]
+    assert truth.sent == dict.fromkeys(names, 8) and loop.base_counts == truth.sent
+
+
+def test_asked_for_counts_the_node_measures_worse_are_left_for_the_even_split():
+    """Past 5 workers a job's extra workers only contend: the asked-for 8 each measure worse,
+    and the loop goes back to the even split, its base and the guard's (and no probe
+    pays)."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))  # 24: its most, no probes
+    loop.target = {"a": 6, "b": 5, "c": 5}
+    names = ["a", "b", "c"]
+    truth = Truth(loop, lambda n, d: PER_WORKER * (min(d, 5) - 0.5 * max(d - 5, 0)), names,
+                  requested=dict.fromkeys(names, 8))
+    truth.run(40)
+    base = [e[2] for e in loop.events if e[1] == "loop_base"]
+    assert base and base[0]["start"] == "even"
+    assert truth.sent == {"a": 6, "b": 5, "c": 5} == loop.base_counts
+
+
+def test_asked_for_counts_are_measured_only_between_the_even_split_and_the_loops_bound():
+    loop = ClosedLoop(16)
+    assert loop.reset(0.0, {"a": B, "b": B}, requested={"a": 2, "b": 2}) == {"a": 8, "b": 8}
+    assert [name for name, _ in loop.starts] == ["even"]
+    assert loop.reset(0.0, {"a": B, "b": B}, requested={"a": 9, "b": 9},
+                      first="even") == {"a": 8, "b": 8}  # after an ending: even first
+    assert [name for name, _ in loop.starts] == ["even", "requested"]
+    loop.reset(0.0, {"a": B, "b": B}, requested={"a": 9, "b": 9})
+    assert [name for name, _ in loop.starts] == ["requested", "even"]
+    loop.reset(0.0, {"a": B, "b": B}, requested={"a": 16, "b": 16})  # past 1.5 x 16 in all
+    assert [name for name, _ in loop.starts] == ["even"]
+    loop.reset(0.0, {"a": B, "b": B}, requested={"a": 2, "b": 2})
+    assert [name for name, _ in loop.starts] == ["even"]
+    loop.reset(0.0, {"a": B, "b": B}, requested={"a": 12, "b": None})  # one did not ask
+    assert [name for name, _ in loop.starts] == ["even"]
+
+
+def test_a_capacity_probe_adds_workers_while_the_node_gains_and_stops_at_the_ceiling():
+    """No move is left toward the plan (it is the even split); job a is below its ceiling
+    (7 workers' worth): a probe gives it 2 workers more, past the node's 16, the node's rate
+    rises, and they stay; b and c are at theirs and get none."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
+    loop.target = {"a": 6, "b": 5, "c": 5}
+    loop.ceiling = {"a": 7 * PER_WORKER, "b": 5 * PER_WORKER, "c": 5 * PER_WORKER}
+    truth = Truth(loop, lambda n, d: PER_WORKER * min(d, 7 if n == "a" else 5),
+                  ["a", "b", "c"])
+    truth.run(60)
+    kept = [e[2] for e in loop.events if e[1] == "loop_kept"]
+    assert kept and kept[0]["from"] is None and kept[0]["to"] == "a"
+    assert truth.sent == {"a": 8, "b": 5, "c": 5}
+
+
+def test_a_probe_the_node_does_not_pay_for_goes_back_and_the_node_never_exceeds_its_bound():
+    """Every job is at what the node can load (flat past 16 workers in all): each probe is
+    measured, moved back, and not tried again; the workers never pass grow_to × 16."""
+    settings = LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.25)
+    loop = ClosedLoop(16, settings)
+    loop.target = {"a": 6, "b": 5, "c": 5}
+    truth = Truth(loop, lambda n, d: PER_WORKER * 16 / 3, ["a", "b", "c"])
+    truth.run(80)
+    reverted = [e[2] for e in loop.events if e[1] == "loop_reverted"]
+    assert {r["to"] for r in reverted} == {"a", "b", "c"}
+    assert all(r["from"] is None for r in reverted)
+    assert truth.sent == {"a": 6, "b": 5, "c": 5}
+    assert max(sum(c.values()) for _, c in truth.history) <= 20
 
 
 # -- the scheduler, closed, on a truth the model gets wrong ---------------------------------

@@ -21,7 +21,8 @@ def test_the_baselines_run_uncapped_and_the_daemon_pays_its_window(paper_profile
                                                      hold_arrivals=hold))}
     assert set(rows) == {"no daemon: requested", "no daemon: even", "no daemon: cores",
                          "no daemon: one", "no daemon: autotune", "daemon: balance",
-                         "daemon: ftf"}
+                         "daemon: ftf", "no daemon: best per-job counts (hindsight)",
+                         "no daemon: fifo queue", "no daemon: shortest-first queue"}
     cores = paper_profile.cores
     assert [j["workers_initial"] for j in rows["no daemon: cores"]["jobs"]] == [cores] * 3
     assert [j["workers_initial"] for j in rows["no daemon: one"]["jobs"]] == [1] * 3

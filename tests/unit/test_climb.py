@@ -1,0 +1,71 @@
+"""The competent per-job tuner (``adloader.scheduling.climb``), driven by a job whose rate
+is a function of its workers."""
+
+from __future__ import annotations
+
+from adloader.scheduling.climb import ClimbingTuner
+
+B = 32
+
+
+def drive(tuner: ClimbingTuner, rate, batches: int) -> list[int]:
+    """Feed ``batches`` batches of a job that trains ``rate(d)`` samples/s with d workers
+    (its loader binds below the peak: it waits; past it, it does not)."""
+    counts = []
+    for _ in range(batches):
+        d = tuner.workers
+        iteration = B / rate(d)
+        step = min(iteration, 0.01)
+        tuner.observe(B, iteration - step, step)
+        counts.append(tuner.workers)
+    return counts
+
+
+def peaked(peak: int):
+    return lambda d: 100.0 * min(d, peak) - 20.0 * max(d - peak, 0)
+
+
+def test_it_climbs_to_the_best_count_and_holds_it():
+    tuner = ClimbingTuner(start=2, budget=16)
+    counts = drive(tuner, peaked(5), 600)
+    assert tuner.best == 5
+    assert counts[-1] in (4, 5, 6)  # held at 5, or looking again one either side
+    assert max(counts) <= 6  # one past the peak at most, and back
+    held = counts[300:]
+    assert held.count(5) >= 0.7 * len(held)
+
+
+def test_it_starts_within_its_budget_and_never_leaves_it():
+    tuner = ClimbingTuner(start=40, budget=8)
+    assert tuner.workers == 8
+    counts = drive(tuner, lambda d: 100.0 * d, 400)
+    assert max(counts) <= 8 and min(counts) >= 1
+    assert ClimbingTuner(start=0, budget=8).workers == 1
+
+
+def test_it_goes_down_when_fewer_workers_do_better():
+    tuner = ClimbingTuner(start=8, budget=16)
+    drive(tuner, peaked(3), 1200)
+    assert tuner.best == 3
+
+
+def test_it_looks_again_and_follows_a_node_that_changed():
+    """Held at 5, the node changes (another job started: past 3, workers only contend); the
+    tuner's next look finds it and walks down."""
+    tuner = ClimbingTuner(start=2, budget=16, repeat=5)
+    drive(tuner, peaked(5), 500)
+    assert tuner.best == 5
+    drive(tuner, peaked(3), 1500)
+    assert tuner.best == 3
+
+
+def test_the_batches_of_a_cold_start_are_not_read():
+    tuner = ClimbingTuner(start=2, budget=16, window=10, settle=5)
+    drive(tuner, peaked(8), 14)  # 5 of the start's cold batches, then 9 of the window
+    assert tuner.history == [] and tuner.workers == 2
+    drive(tuner, peaked(8), 1)
+    assert len(tuner.history) == 1 and tuner.workers == 3  # waited: one more
+    drive(tuner, peaked(8), 14)
+    assert len(tuner.history) == 1  # the new count's cold batches, then its window
+    drive(tuner, peaked(8), 1)
+    assert len(tuner.history) == 2 and tuner.workers == 4
