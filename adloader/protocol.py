@@ -109,7 +109,7 @@ class JobFeatures(_Msg, kw_only=True):
 
 
 class DataSpec(_Msg, kw_only=True):
-    """What the node cache needs of a job's data (issue 14): the dataset it reads (jobs
+    """What the node cache needs of a job's data: the dataset it reads (jobs
     naming the same ``dataset`` of the same ``size`` share one node cache), its mean sample
     size, and its access stream: the loader's ``seed``, ``epochs`` and global ``batch``."""
 

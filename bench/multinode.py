@@ -1,4 +1,4 @@
-"""A two-node DDP job on one machine, each node's part under its own node's daemon (issue 13).
+"""A two-node DDP job on one machine, each node's part under its own node's daemon.
 
 ``run_two_nodes`` starts two daemons (own state dirs, own sockets), then one
 ``torchrun --nnodes 2 --nproc-per-node 2`` job as two agents (``--node-rank 0/1``, static

@@ -1,4 +1,4 @@
-"""``bench shared-cache``: one node cache shared by three jobs and arbitrated (issue 14).
+"""``bench shared-cache``: one node cache shared by three jobs and arbitrated.
 
 Jobs A and B read dataset X (two hyper-parameter runs: seeds 0 and 1), C reads dataset Y of
 another size; each job's node sequence (``adloader.datapath.access_stream``) advances at its own

@@ -6,8 +6,8 @@ heartbeats once and finishes (a window of them in flight at a time), while a few
 jobs heartbeat throughout. This process meanwhile reads every read endpoint round-robin and
 times each request. The daemon's resident memory (psutil) is read once 100 jobs have ended
 and its first online model is in (scikit-learn loaded: a step of its own, reported apart),
-and again once the N have ended and been pruned; the store's size likewise. Targets (issue
-24): RSS at N within 20 MB of RSS at 100, every read endpoint's p99 ≤ 50 ms, the ended jobs
+and again once the N have ended and been pruned; the store's size likewise. Targets: RSS
+at N within 20 MB of RSS at 100, every read endpoint's p99 ≤ 50 ms, the ended jobs
 kept ≤ the retention count, a pruning that happened, and the pages of ``GET /v1/jobs``
 reaching every job kept — the live ones among them — exactly once.
 """

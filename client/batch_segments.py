@@ -2,9 +2,9 @@
 
 torch's ``default_collate``, in a worker, stacks each batch's tensors into a *fresh*
 shared-memory segment, which the kernel allocates and zeroes page by page and frees when the
-trainer drops the batch: on this project's 2-core machine 15.5–17.3 ms of CPU for a 19 MB
-batch (128 × 3 × 112², float32) against 1.1–1.3 ms into a segment already made — ~10 % of
-what loading a sample costs there (``docs/benchmarks.md``, "The batches' shared memory, reused").
+trainer drops the batch: many times the CPU of stacking into a segment already made, a
+visible part of what loading a sample costs (``docs/benchmarks.md``, "The batches' shared
+memory, reused").
 
 ``SegmentCollate`` is ``default_collate`` with one change: a tensor of at least
 ``MIN_BYTES`` is stacked into one of the worker's ``slots`` segments when the trainer has

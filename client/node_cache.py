@@ -1,4 +1,4 @@
-"""A job's handle on its node's cache of one dataset (issue 14: one node cache, shared).
+"""A job's handle on its node's cache of one dataset: one node cache, shared.
 
 The daemon makes one segment per dataset its jobs read (``create_segment``) and sizes it
 live (``SampleArena.set_limit``: its share of the node's cache memory, from

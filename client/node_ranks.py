@@ -1,4 +1,4 @@
-"""A multi-node job's ranks, node by node (issue 13: a daemon per node, a master per node).
+"""A multi-node job's ranks, node by node: a daemon per node, a master per node.
 
 torchrun gives each rank ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and ``GROUP_RANK`` (its node),
 global ranks node by node (node n holds ranks n·L … n·L + L − 1). Local rank 0 of each node is

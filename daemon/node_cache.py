@@ -1,4 +1,4 @@
-"""The node cache, the daemon's side (issue 14): memory C split among datasets, live.
+"""The node cache, the daemon's side: memory C split among datasets, live.
 
 Jobs that register with a ``DataSpec`` share one segment per dataset (same name, same size:
 ``client.node_cache``). The daemon makes the segment (room up to C or the whole dataset,

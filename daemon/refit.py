@@ -16,13 +16,13 @@ named device profile.
 
 The online refits go to one long-lived child instead (``RefitWorker``,
 ``python -m adloader.daemon.refit --serve --for STATE_DIR``: a request a line in, an answer a
-line out). Importing scikit-learn is ~90 % of a one-shot fit's CPU (2.3 of 2.6 CPU-seconds
-on the 2-core dev machine, where the fit itself is 0.3), and a busy node refits every
-``REFIT_INTERVAL_S``; the worker, started at the first refit, imports it once, and again only
-after it was left idle for ``IDLE_EXIT_S`` and exited to give its memory back. Same function,
-same requests, same models. ``--for`` names the state dir only so that process listings (and
-``bench live``'s accounting) tie the worker to its daemon. The worker runs at nice 19: a fit
-waits for CPU the training jobs leave rather than taking theirs.
+line out). Importing scikit-learn is most of a one-shot fit's CPU (the fit itself is a
+small part), and a busy node refits every ``REFIT_INTERVAL_S``; the worker, started at the
+first refit, imports it once, and again only after it was left idle for ``IDLE_EXIT_S`` and
+exited to give its memory back. Same function, same requests, same models. ``--for`` names
+the state dir only so that process listings (and ``bench live``'s accounting) tie the worker
+to its daemon. The worker runs at nice 19: a fit waits for CPU the training jobs leave
+rather than taking theirs.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ MIN_REAL = 6  # real samples of a kind before they replace the prior
 MIN_SPREAD = 4  # distinct node totals before the loading stages are refitted
 MIN_DISTINCT = 6  # distinct job features (B, n, f, M) before F_μ is refitted: eq. 6 has five
 # coefficients, so fewer points are fitted by many forms and predict nothing for a job not
-# seen (three jobs' samples gave R² < 0 for every regressor, bench live 2026-11-27); a job
+# seen (on three jobs' samples every regressor can score R² < 0); a job
 # already seen is predicted by its own correction (``scheduling.correction``), not by a fit
 TIMEOUT_S = 300.0
 IDLE_EXIT_S = 600.0  # a worker with no request for this long exits (its memory goes back)

@@ -238,10 +238,9 @@ def node_loading_table(loading: Sequence[LoadingSample]) -> tuple[float, ...]:
     A count is credited with more than the best smaller count only where its gain exceeds
     the noise of the two (half the range of each one's rounds, summed); within it, it is
     held at that count's level. A plan predicts from this table, and a worker whose gain the
-    measurement cannot show buys nothing sure and costs memory and CPU switches: one sitting
-    here measured 1,463 samples/s at 6 workers against 1,416 at 2, each count's three rounds
-    spread over 64–235 samples/s, and the plan ran 6 workers where 5 trained faster
-    (docs/benchmarks.md, "A job's start without pydantic"). A count clearly below the best
+    measurement cannot show buys nothing sure and costs memory and CPU switches (a gain
+    within the rounds' spread would have a plan run more workers where fewer train faster:
+    docs/benchmarks.md, "A job's start without pydantic"). A count clearly below the best
     keeps its own median: contention past the cores is real. One round a count: the medians
     as measured."""
     by_d: dict[int, list[float]] = {}

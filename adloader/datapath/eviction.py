@@ -26,7 +26,7 @@ the policy decides whether the sample enters the cache and what leaves.
   ranks on one node). ``lobster(eager=True)``: the paper's reuse-distance rule taken
   literally (evict what the next epoch does not read at once, room or not) — a node reading
   part of each epoch then keeps only next-epoch reuse, and its hit ratio no longer grows
-  with the cache (issue 14: 0.1686 at 10, 30 and 50 %).
+  with the cache (0.1686 at 10, 30 and 50 %).
 - ``nopfs``: NoPFS §5.1 — static placement of the samples the node reads most often (r_k),
   each filled on its first access and never evicted; optional tiers (RAM, SSD) → per-tier
   hits. Optimal among static placements, equal to MIN when every sample is read equally often
@@ -184,7 +184,7 @@ def lobster(sequence, capacity: int, steps=None, steps_per_epoch: int | None = N
     never keep such a sample): the paper does it to make room for deeper prefetching, which
     cannot save a storage read; it bounds what stays cached by the next epoch's reuse, not by
     ``capacity`` — a node with 2 of 8 ranks reads a sample again in the next epoch only a
-    quarter of the time, so its hit ratio stopped growing with the cache (issue 14).
+    quarter of the time, so its hit ratio does not grow with the cache.
     ``bypass=False`` lets every miss in (keyed by the iteration that uses it, as a prefetch)
     at the cost of the farthest-needed sample, even one needed sooner than the newcomer's next
     use — the behaviour of ``lobster-lazy``; with ``eager=True`` too, the paper's literal rule.

@@ -1,4 +1,4 @@
-"""One node cache shared by the node's jobs, keyed by dataset identity (issue 14).
+"""One node cache shared by the node's jobs, keyed by dataset identity.
 
 Jobs that read the same dataset (hyper-parameter runs of one model, different seeds) share the
 cache: a sample is the pair (dataset, index), so what one job decoded is a hit for the next.

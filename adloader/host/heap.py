@@ -4,9 +4,8 @@ of work freed given back to the system instead of staying resident.
 glibc gives a thread that allocates while another holds an arena an arena of its own, up to
 8 per core, and memory freed in one is kept there for its thread: a daemon whose request
 threads build pages side by side grows by their high-water marks added up. ``cap_arenas``
-sets 2, as MALLOC_ARENA_MAX=2 would: under `adloader bench soak --jobs 20000` the daemon's
-RSS grew 16.9-19.0 MB with it, 18.2-28.0 without (3 and 4 runs, 2026-11-28;
-docs/benchmarks.md).
+sets 2, as MALLOC_ARENA_MAX=2 would, which bounds the daemon's RSS growth under `adloader
+bench soak` (docs/benchmarks.md).
 
 Python's objects over 512 bytes, SQLite's pages and the rows a page of history is built
 from come from malloc. glibc keeps what is freed for reuse: the top of a heap is given back

@@ -1,5 +1,6 @@
 """The per-job autotuner a user would write without adloader: one job tunes its own
-``num_workers`` from what it sees, with no view of the node (the baseline of issue 23).
+``num_workers`` from what it sees, with no view of the node (a baseline of ``adloader bench
+live``).
 
 The algorithm, fixed before anything was measured (docs/benchmarks.md, "The baselines"):
 

@@ -17,15 +17,14 @@ first, but a job whose own workers cannot take the node's CPU leaves the rest to
 one, which the caps count.
 
 The estimates behind the caps move from one decision to the next: a ceiling depends on which
-of the job's GPU co-tenants still run, and the online correction moves it (on this machine
-smResnet20's went 442 → 957 → 1,597 samples/s in one run, Resnet18's 314 → 511). With
-exact caps the best ranking of a fixed set of jobs stays the best as they progress, so a
-change of ranking between arrivals and completions follows noise: it hands the CPU from the
-job that was ahead to one that then ends no sooner. So while no job is new to it (a job that
-ends leaves it, the others keep their order), the ranking in force stays unless its makespan
-is ``KEEP_SPAN`` over the least; when a job arrives it stays (the new job placed where the
-best ranking places it) while it is within the makespan bound and its sum within
-``KEEP_GAIN`` of the best's.
+of the job's GPU co-tenants still run, and the online correction moves it (several-fold
+within one run). With exact caps the best ranking of a fixed set of jobs stays the best as
+they progress, so a change of ranking between arrivals and completions follows noise: it
+hands the CPU from the job that was ahead to one that then ends no sooner. So while no job
+is new to it (a job that ends leaves it, the others keep their order), the ranking in force
+stays unless its makespan is ``KEEP_SPAN`` over the least; when a job arrives it stays (the
+new job placed where the best ranking places it) while it is within the makespan bound and
+its sum within ``KEEP_GAIN`` of the best's.
 """
 
 from __future__ import annotations

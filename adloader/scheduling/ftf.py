@@ -30,16 +30,13 @@ Per plan (re-solved at arrivals, completions and corrections):
    which found a plan is not searched: the two differ only after a completion, which is
    planned again; where the weaker found none, the stronger is searched, as before). Taking
    the first that met them kept balance's split where the node loses a little past
-   saturation (each worker more costs L(D) 0.4 % on a 2-core machine measured: at ρ = 0.99
-   one worker each wins, every job ending with balance's). A stronger ρ is taken only where
-   its plan's last job ends no later than the weakest ρ's that found a plan (× (1 +
-   ``GAIN``)): priority where it costs the node no makespan. On this 2-core machine the
-   static mix's turns it refuses ((2, 2, 1), the last job left alone) took 34.0 s at those
-   counts with no daemon, one worker each 30.0 s, the even split 30.9 s
-   (``docs/benchmarks.md``, "Priority that costs no makespan"). ``ftf-turns`` takes them
-   (anywhere within the deadlines), for a lower mean completion. No order meets every
-   deadline: ``fair``'s allocation (the per-instant floor). The planner runs it twice more
-   with the GPU shares its plan leaves.
+   saturation (each worker more lowers L(D) there: at ρ = 0.99 one worker each wins, every
+   job ending with balance's). A stronger ρ is taken only where its plan's last job ends no
+   later than the weakest ρ's that found a plan (× (1 + ``GAIN``)): priority where it costs
+   the node no makespan (``docs/benchmarks.md``, "Priority that costs no makespan").
+   ``ftf-turns`` takes the turns it refuses (anywhere within the deadlines), for a lower
+   mean completion. No order meets every deadline: ``fair``'s allocation (the per-instant
+   floor). The planner runs it twice more with the GPU shares its plan leaves.
 
 ``ftf`` (not ``ftf-turns``) plans no worker past D*, the fewest node workers loading within
 ``WORTH`` of the table's most (``worth_planning``), and its deadlines credit balance's workers

@@ -1,4 +1,4 @@
-"""What a node offers a cluster scheduler (issue 13): spare loading capacity and the
+"""What a node offers a cluster scheduler: spare loading capacity and the
 predicted gain of one more worker, from the same TPM and allocation the daemon plans with.
 
 For the jobs i on the node with workers d_i (D = Σ d_i of the node's C) and ceilings

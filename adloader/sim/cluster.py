@@ -1,4 +1,4 @@
-"""A cluster of nodes, each running adloader's allocation (issue 13: planned at scale).
+"""A cluster of nodes, each running adloader's allocation, planned at scale.
 
 N nodes × G GPUs and ``profile``'s loading (each node loads λ = d/D·L(D) with its own C
 workers). Jobs arrive (Poisson) with 1–2 GPUs, or span ``span`` nodes with all G GPUs of

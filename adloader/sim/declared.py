@@ -1,5 +1,5 @@
-"""The declared space of mixes (issue 23, item 5): where coordinating a node's loaders pays,
-ties or costs against what a node does without adloader.
+"""The declared space of mixes: where coordinating a node's loaders pays, ties or costs
+against what a node does without adloader.
 
 The space is fixed here, before any of it is measured, and every member is run the same way
 (``no_daemon.compare``: the fixed ``num_workers`` settings, each job's autotuner, the default
@@ -9,7 +9,7 @@ is a gain where the default policy is ≥ 1.2× better than the best fixed setti
 or mean JCT, a cost where it is worse by more than 2 % in both, a tie otherwise; where the
 floor is above 1/1.2 of the best fixed setting, no schedule can gain 1.2×, and that is said.
 
-Members (the node sizes users have, the shapes the issue names):
+Members (the node sizes users have, the mix shapes of interest):
 
 - ``paper-static`` — the paper's node (24 cores, 4 × RTX 2080 Ti), three jobs at once;
 - ``paper-dynamic`` — the same node, eight jobs arriving and leaving (Table III);

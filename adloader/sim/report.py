@@ -149,9 +149,9 @@ def static_benchmark(profile_name: str = "paper", seed: int = 0, json_path=None,
 def against_no_daemon(out: Console, trace, profile, model, config,
                       floor_slot: float | None = None) -> list[dict]:
     """``no_daemon.compare`` on ``trace``, printed: what a node does without adloader beside
-    ``balance`` and ``ftf`` under the daemon, on the same truth, issue 23's targets, and —
-    when every job arrives at once — the floor no schedule goes under; the rows, less
-    timelines."""
+    ``balance`` and ``ftf`` under the daemon, on the same truth, the targets
+    (``no_daemon.targets``), and — when every job arrives at once — the floor no schedule goes
+    under; the rows, less timelines."""
     from adloader.sim import no_daemon
 
     compared = no_daemon.compare(trace, profile, model, config)
@@ -188,7 +188,7 @@ def against_no_daemon(out: Console, trace, profile, model, config,
     for r in compared:
         if r["setting"].startswith("daemon"):
             met = no_daemon.targets(r)
-            out.print(f"  targets (issue 23), {r['setting']}: " + "; ".join(
+            out.print(f"  targets, {r['setting']}: " + "; ".join(
                 f"{name} {'met' if ok else 'MISSED'}" + (
                     " (no schedule can: floor above 1/1.2 of the best fixed setting in both)"
                     if name == "1.2x best fixed" and not ok and impossible else "")
