@@ -84,7 +84,7 @@ def bench_mixes(args) -> int:
 
 
 def bench_held_out(args) -> int:
-    from adloader.sim.held_out import held_out_benchmark
+    from adloader.sim.report import held_out_benchmark
 
     return held_out_benchmark(*_options.simulation_setup(args), args.json, args.floor_slot)
 

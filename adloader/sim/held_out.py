@@ -39,24 +39,3 @@ def is_held_out(seed: int) -> bool:
     """Whether ``seed`` is in the committed held-out set."""
     first, last = spec()["seeds"]
     return first <= seed <= last
-
-
-def held_out_benchmark(profile, model, config, json_path=None,
-                       floor_slot: float | None = None, path: Path | None = None) -> int:
-    """``adloader bench held-out``: ``bench mixes`` on exactly the held-out seeds, with the
-    set's jobs, mix and rate, printed as ``bench mixes`` prints (every policy against no
-    reallocation and balance; the default policy against no daemon, its best fixed settings
-    in hindsight, the autotuner and the queues). ``path``: another set's file (tests)."""
-    from adloader.sim import report
-    from adloader.sim.output import console
-
-    data = spec(path)
-    first, last = data["seeds"]
-    console().print(
-        f"the held-out set ({path or PATH}): generator seeds {first}–{last}, fixed "
-        f"{data['written']}; rule: {data['rule']}")
-    return report.mixes_benchmark(profile, model, config, jobs=data["jobs"],
-                                  rate=data["rate_per_s"], json_path=json_path,
-                                  floor_slot=floor_slot, seeds=seeds(path), mix=data["mix"],
-                                  label="held-out", allow_held_out=True,
-                                  about={"file": str(path or PATH), **data})

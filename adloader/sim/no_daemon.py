@@ -29,6 +29,7 @@ import statistics
 from dataclasses import replace
 
 from adloader.sim.device_profile import DeviceProfile
+from adloader.sim.queues import no_daemon_config
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace
 
@@ -53,14 +54,6 @@ def fixed_workers(trace: Trace, setting: str, capacity: int, cores: int) -> dict
     return {j.name: {"requested": j.workers or even, "even": even, "cores": cores,
                      "one": 1}[setting]
             for j in trace.jobs}
-
-
-def no_daemon_config(base: SimConfig, capacity: int, cpu_sharing: str) -> SimConfig:
-    """A node without the daemon: each job keeps its ``workers``, no buffers, no
-    reallocation, no correction, ``capacity`` workers in all (no cap below the jobs' sum)."""
-    return replace(base, policy="requested", realloc=False, correct=False, capacity=capacity,
-                   arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0,
-                   cpu_sharing=cpu_sharing)
 
 
 def fixed_run(trace: Trace, workers: dict[str, int], profile: DeviceProfile, model,

@@ -18,11 +18,18 @@ from dataclasses import replace
 
 from adloader.errors import InputError
 from adloader.sim.device_profile import DeviceProfile
-from adloader.sim.no_daemon import no_daemon_config
 from adloader.sim.simulator import SimConfig, SimResult, simulate
 from adloader.sim.trace import Trace
 
 ORDERS = {"fifo": "fifo queue", "shortest": "shortest-first queue"}  # order: its row's name
+
+
+def no_daemon_config(base: SimConfig, capacity: int, cpu_sharing: str) -> SimConfig:
+    """A node without the daemon: each job keeps its ``workers``, no buffers, no
+    reallocation, no correction, ``capacity`` workers in all (no cap below the jobs' sum)."""
+    return replace(base, policy="requested", realloc=False, correct=False, capacity=capacity,
+                   arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0,
+                   cpu_sharing=cpu_sharing)
 
 
 def queue_times(durations: list[float], arrivals: list[float], lengths: list[float],

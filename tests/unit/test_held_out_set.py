@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from adloader.errors import InputError
-from adloader.sim import generator, held_out, held_out_mixes
+from adloader.sim import generator, held_out, held_out_mixes, report
 
 ROOT = Path(__file__).resolve().parents[2]
 # the only places the held-out numbers may appear: the set's file and its command's module
@@ -113,7 +113,7 @@ def test_bench_held_out_on_another_sets_file(tmp_path, capsys, paper_profile, pa
     other.write_text(json.dumps({**held_out.spec(), "seeds": [3, 4], "jobs": 3,
                                  "rate_per_s": 0.05}))
     saved = tmp_path / "out.json"
-    assert held_out.held_out_benchmark(paper_profile, paper_model, SimConfig(), str(saved),
+    assert report.held_out_benchmark(paper_profile, paper_model, SimConfig(), str(saved),
                                        path=other) == 0
     out = " ".join(capsys.readouterr().out.split())  # the console wraps its lines
     assert "2 held-out mixes, generator seeds 3–4" in out and "3 jobs each" in out
