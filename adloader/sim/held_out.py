@@ -11,6 +11,7 @@ repository's code, tests or benches."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def seeds(path: Path | None = None) -> list[int]:
 
 
 def is_held_out(seed: int) -> bool:
-    """Whether ``seed`` is in the committed held-out set."""
-    first, last = spec()["seeds"]
+    """Whether ``seed`` is in the committed held-out set (the file read once)."""
+    first, last = _committed()
     return first <= seed <= last
+
+
+@functools.cache
+def _committed() -> tuple[int, int]:
+    first, last = spec()["seeds"]
+    return first, last

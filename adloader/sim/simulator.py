@@ -12,7 +12,6 @@ pause-and-retrieve took 16 s).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -216,8 +215,8 @@ class Simulator:
         # each job's intake ceiling (samples/s) where the truth has one: its rate's cap
         intake = getattr(self.truth, "intake", None)
         self.intake = {j.name: intake(j.spec.model) for j in self.jobs} if intake else {}
-        self.loop = ClosedLoop(self.capacity, dataclasses.replace(
-            LoopSettings(), grow_to=self.cfg.grow_to).for_heartbeat(self.cfg.heartbeat_s)) \
+        self.loop = ClosedLoop(self.capacity, LoopSettings(grow_to=self.cfg.grow_to)
+                               .for_heartbeat(self.cfg.heartbeat_s)) \
             if self.cfg.closed_loop else None
         self.next_beat = math.inf
         self.beaten: set[str] = set()  # jobs the loop has heard: their C_j is measured
