@@ -61,7 +61,8 @@ class LiveConfig:
     policies: tuple[str, ...] = ("balance", "ftf")
     baselines: tuple[str, ...] = nodaemon.SETTINGS + nodaemon.EXTRA  # no daemon, torch's loader
     trace: str = "paper-static"
-    mix: str = "paper-static"  # or fast-gpus (steps × 0.25), or gpu-node (a GPU node's trainer)
+    mix: str = "paper-static"  # or fast-gpus (steps × 0.25), gpu-node (a GPU node's trainer),
+    # or gpu-bound-mix (its own trace: a GPU-bound job beside loading-bound ones)
     capacity: int = 0  # 0: 3 × cores emulating GPUs, the cores with CUDA
     iterations_scale: float = 0.2
     rounds: int = 5  # each setting this often, alternating; medians and spreads are reported
@@ -80,7 +81,10 @@ class LiveConfig:
 # declared space ``adloader.sim.declared``: GPUs 4× faster, so the loaders bind); gpu-node:
 # the GPU node emulated whole (``adloader.sim.gpu_node``: virtual cores, the trainer's copy
 # and launch CPU, its steps fitted to the measured node)
-LIVE_MIXES = {"paper-static": 1.0, "fast-gpus": FAST_GPU_STEPS, GPU_NODE_NAME: 1.0}
+LIVE_MIXES = {"paper-static": 1.0, "fast-gpus": FAST_GPU_STEPS, GPU_NODE_NAME: 1.0,
+              "gpu-bound-mix": 1.0}
+# the members with a trace of their own (the others run ``LiveConfig.trace``)
+LIVE_TRACES = {"gpu-bound-mix": "gpu-bound-mix"}
 
 
 def for_mix(cfg: LiveConfig, cuda: bool) -> LiveConfig:
@@ -192,7 +196,7 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
     cuda = torch.cuda.is_available()
     cfg = for_mix(cfg, cuda)
     capacity = live_capacity(cfg, cuda)
-    trace, per_gpu = load_trace(cfg.trace), 2
+    trace, per_gpu = load_trace(LIVE_TRACES.get(cfg.mix, cfg.trace)), 2
     if cuda:
         trace, per_gpu = fit_to_gpus(trace, torch.cuda.device_count())
     node = cfg.mix == GPU_NODE_NAME
@@ -253,7 +257,7 @@ def run_live_bench(cfg: LiveConfig | None = None, workdir: str | None = None,
     if cfg.mix != "paper-static":
         mode = f"{cfg.mix}: {mode}"
     return {"config": dataclasses.asdict(cfg), "capacity": capacity, "workdir": str(root),
-            "mode": mode, "gpus": trace.gpus,
+            "mode": mode, "gpus": trace.gpus, "trace": trace.name,
             "profile": str(profile), "summary": summary, "limits": limits, "floor": floor,
             "simulated_baselines": simulated, "runs": runs}
 

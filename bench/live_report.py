@@ -222,7 +222,8 @@ def write_report(result: dict, out: str | Path, command: list[str] | None = None
         "",
         "## What ran",
         "",
-        f"- Mode: {result['mode']}; trace `{cfg['trace']}` on {result['gpus']} GPU(s), "
+        f"- Mode: {result['mode']}; trace `{result.get('trace', cfg['trace'])}` on "
+        f"{result['gpus']} GPU(s), "
         f"its iterations × {cfg['iterations_scale']:g}; {result['capacity']} loading workers "
         f"for the daemon to share.",
         f"- Settings, each run {cfg['rounds']} times in alternating order: under a real "

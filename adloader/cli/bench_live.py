@@ -71,13 +71,15 @@ def live_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baselines", type=_baselines, default=None,
                    help="no-daemon settings on torch's own DataLoader, comma-separated, or "
                         f"none (default {','.join(DEFAULT_BASELINES)})")
-    p.add_argument("--member", choices=("paper-static", "fast-gpus", "gpu-node"),
+    p.add_argument("--member", choices=("paper-static", "fast-gpus", "gpu-node", "gpu-bound-mix"),
                    default=None,
                    help="the mix to run (default paper-static: the paper's GPUs × 1.2, "
                         "emulated); fast-gpus: the declared space's member, GPUs 4× faster "
                         "(steps × 0.25): the loaders bind; gpu-node: a 16-core one-GPU node "
                         "emulated whole — virtual cores, each trainer copying its batches and "
-                        "spending its launch CPU (docs/benchmarks.md). Emulated steps only")
+                        "spending its launch CPU (docs/benchmarks.md); gpu-bound-mix: the "
+                        "declared space's member, a GPU-bound job beside three loading-bound "
+                        "ones of lengths 1:2:3 (its own trace). Emulated steps only")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write a self-contained report into DIR: report.md (the machine, the "
                         "tables), timeline.png, machine.json, live.json — the GPU run kit")

@@ -17,6 +17,9 @@ a window measures the node again, and the move stays only if the measured rate d
 fall by more than the windows' noise (``tolerance`` at least). A move that failed goes back
 at once and that pair is not tried again until the job set changes.
 
+Where the plan runs fewer workers in all than the node runs (a node whose loading peaks
+below its workers), the loop also sheds toward it: ``step`` workers fewer for the job
+furthest over its planned count, a trial kept unless the node's rate fell, like a move.
 Once no move toward the plan is left to try, the loop probes the node's capacity: a worker
 or two more for the job furthest below its ceiling, past the node's cores if need be (a
 worker that waits on a full queue or on the trainer leaves its core idle), kept only if the
@@ -79,7 +82,7 @@ class _Job:
 @dataclasses.dataclass
 class _Trial:
     donor: str | None  # None: a capacity probe (workers added, none taken)
-    receiver: str
+    receiver: str | None  # None: a shed (workers taken, none given: the plan runs fewer)
     workers: int
     before: float  # the node's measured rate before the move
     noise: float  # the relative spread of the windows before it
@@ -368,13 +371,30 @@ class ClosedLoop:
                      and self._pays_back(n, current, remaining)]
         pairs = [(d, r) for d in donors for r in receivers if (d, r) not in self.rejected]
         if not pairs:
-            return self._grow(now, current, remaining)
+            return self._shed(current, donors) or self._grow(now, current, remaining)
         donor, receiver = max(pairs, key=lambda p: self._worth(p, current))
         k = min(s.step, current[donor] - max(self.target.get(donor, 1), 1),
                 self.target[receiver] - current[receiver])
         self.trial = _Trial(donor, receiver, k, self.rates[-1], self._noise())
         self.phase = "trial"
         return {donor: current[donor] - k, receiver: current[receiver] + k}
+
+    def _shed(self, current: Mapping[str, int], donors: Sequence[str]) -> dict[str, int]:
+        """Where the plan runs fewer workers in all than the node runs now, ``step`` workers
+        fewer for the job furthest over its planned count, none given to another (the plan's
+        hypothesis: they add nothing); kept unless the node's rate fell (a move's
+        tolerance)."""
+        if sum(self.target.get(n, 0) for n in self.jobs) >= sum(
+                current.get(n, 0) for n in self.jobs):
+            return {}
+        over = [n for n in donors if (n, None) not in self.rejected]
+        if not over:
+            return {}
+        donor = max(over, key=lambda n: (current[n] - max(self.target.get(n, 1), 1), n))
+        k = min(self.settings.step, current[donor] - max(self.target.get(donor, 1), 1))
+        self.trial = _Trial(donor, None, k, self.rates[-1], self._noise())
+        self.phase = "trial"
+        return {donor: current[donor] - k}
 
     def _noise(self) -> float:
         """The relative spread of the steady windows' rates."""
@@ -434,8 +454,8 @@ class ClosedLoop:
         trial, s = self.trial, self.settings
         if trial.since is None:
             if (trial.donor is None or self.jobs[trial.donor].applied) \
-                    and self.jobs[trial.receiver].applied:
-                trial.since = now + self._settle(current, trial.receiver)
+                    and (trial.receiver is None or self.jobs[trial.receiver].applied):
+                trial.since = now + self._settle(current, trial.receiver or trial.donor)
             return {}
         rate = self._window(now, trial.since)
         if rate is None:
@@ -462,6 +482,9 @@ class ClosedLoop:
         if trial.donor is None:
             self.window_from = now + self._settle(current, trial.receiver)
             return {trial.receiver: current[trial.receiver] - trial.workers}
+        if trial.receiver is None:
+            self.window_from = now + self._settle(current, trial.donor)
+            return {trial.donor: current[trial.donor] + trial.workers}
         self.window_from = now + self._settle(current, trial.donor)
         return {trial.donor: current[trial.donor] + trial.workers,
                 trial.receiver: current[trial.receiver] - trial.workers}

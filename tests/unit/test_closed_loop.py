@@ -299,6 +299,40 @@ def test_a_probe_the_node_does_not_pay_for_goes_back_and_the_node_never_exceeds_
     assert max(sum(c.values()) for _, c in truth.history) <= 20
 
 
+def test_where_the_plan_runs_fewer_workers_the_loop_sheds_them_while_the_node_holds():
+    """A node whose loading peaks at 4 workers in all (each worker past them costs the node
+    5 %, contention): the plan runs 1 each; the even split's 16 are shed 2 at a time, each
+    trial kept as the node's rate rises, down to the plan."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.0))
+    loop.target = {"a": 1, "b": 1, "c": 1}
+    truth = Truth(loop, lambda n, d: 0.0, ["a", "b", "c"])
+
+    def contended(n, d):
+        total = sum(truth.applied.values())
+        return PER_WORKER * 4 / 3 * d / total * (1 - 0.05 * max(0, total - 4))
+
+    truth.rate = contended
+    truth.run(180)  # then a capacity probe is measured worse and goes back
+    assert truth.sent == {"a": 1, "b": 1, "c": 1}
+    kept = [e[2] for e in loop.events if e[1] == "loop_kept"]
+    assert len(kept) >= 6 and all(k["to"] is None and k["workers"] <= 2 for k in kept)
+    assert all(k["after"] > k["before"] for k in kept)
+
+
+def test_a_shed_the_node_measures_worse_goes_back_and_is_not_tried_again():
+    """Every worker adds (the model is wrong to plan fewer): the shed is measured, moved
+    back, and the node stays at the even split."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.0))
+    loop.target = {"a": 2, "b": 2, "c": 2}
+    truth = Truth(loop, lambda n, d: PER_WORKER * d, ["a", "b", "c"])
+    truth.run(120)
+    assert truth.sent == {"a": 6, "b": 5, "c": 5}
+    reverted = [e[2] for e in loop.events if e[1] == "loop_reverted"]
+    assert {r["from"] for r in reverted} == {"a", "b", "c"}
+    assert all(r["to"] is None for r in reverted)
+    assert not [e for e in loop.events if e[1] == "loop_kept"]
+
+
 # -- the scheduler, closed, on a truth the model gets wrong ---------------------------------
 
 FEATURES = {"batch_size": B, "gpus": 1, "flops_g": 0.04, "params_m": 0.27}  # smResnet20-like

@@ -10,10 +10,15 @@ import pytest
 from adloader.sim import declared
 
 
-def test_the_space_is_declared_with_the_node_sizes_the_issue_names(paper_profile):
+def test_the_space_is_declared_with_the_node_sizes_and_shapes_users_have(paper_profile):
     names = [m.name for m in declared.MEMBERS]
     assert names == ["paper-static", "paper-dynamic", "fast-gpus", "big-node",
-                     "big-node-arrivals"]
+                     "big-node-arrivals", "gpu-bound-mix", "lengths-apart"]
+    mixed, _, _ = declared.member_case("gpu-bound-mix", paper_profile, declared.SimConfig())
+    assert [j.iterations for j in mixed.jobs] == [300, 500, 1000, 1500]  # lengths 1:2:3
+    apart, _, _ = declared.member_case("lengths-apart", paper_profile, declared.SimConfig())
+    lengths = [j.iterations for j in apart.jobs]
+    assert max(lengths) / min(lengths) >= 20 and len({j.arrival_s for j in apart.jobs}) == 6
     big = declared.big_profile(paper_profile)
     assert (big.cores, big.gpus) == (64, 8)
     trace = declared.big_trace()
@@ -48,6 +53,11 @@ def test_the_bench_prints_a_row_per_member_and_the_floor_holds(run, tmp_path):
     for r in rows:  # the floor is under the best fixed setting and the policy alike
         assert r["floor_jct_x_best_fixed"] <= 1.0 + 1e-9
         assert r["mean_jct_x_best_fixed"] >= r["floor_jct_x_best_fixed"] - 1e-9
+        # every no-daemon row counts: the best of them is no worse than the best fixed
+        assert r["mean_jct_x_best_nodaemon"] >= r["mean_jct_x_best_fixed"] - 1e-9
+        assert r["makespan_x_best_nodaemon"] >= r["makespan_x_best_fixed"] - 1e-9
+        assert r["floor_x_best_nodaemon"] <= min(r["mean_jct_x_best_nodaemon"],
+                                                 r["makespan_x_best_nodaemon"]) + 1e-9
     assert "the declared space" in out and "verdict" in out
     code, _, err = run("bench", "declared", "--mixes", "paper-static,bogus")
     assert code == 2 and "no declared mix bogus" in err
@@ -59,3 +69,10 @@ def test_the_fair_floor_closes_a_tie_the_floor_leaves_open(fair, verdict):
     row = dict(makespan_x_best_fixed=1.0, mean_jct_x_best_fixed=0.84)
     assert declared.verdict(row, 0.8, fair) == verdict
     assert declared.verdict(row, 0.9, fair) == "tie (no schedule gains 1.2×)"
+
+
+def test_the_verdict_judges_against_the_best_no_daemon_row_where_asked():
+    row = dict(makespan_x_best_fixed=1.0, mean_jct_x_best_fixed=0.8,
+               makespan_x_best_nodaemon=1.0, mean_jct_x_best_nodaemon=0.97)
+    assert declared.verdict(row, 0.7) == "gain"
+    assert declared.verdict(row, 0.7, against="best_nodaemon") == "tie"

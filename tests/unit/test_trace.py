@@ -33,7 +33,8 @@ def _job(**over) -> dict:
 
 
 def test_bundled_names():
-    assert bundled_traces() == ["paper-dynamic", "paper-static", "small-mix"]
+    assert bundled_traces() == ["gpu-bound-mix", "lengths-apart", "paper-dynamic", "paper-static",
+                               "small-mix"]
 
 
 def test_paper_static_is_fig3():
