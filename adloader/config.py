@@ -103,7 +103,7 @@ def _coerce(name: str, kind, raw, origin: str):
 
 def config_from(data: dict | None = None, environ=None, origin: str = "config") -> DaemonConfig:
     """Defaults, overridden by ``data`` (a parsed TOML table), overridden by
-    ADLOADER_<SETTING> variables. Reading the file is the caller's (``daemon.settings``)."""
+    ADLOADER_<SETTING> variables. Reading the file is the caller's (``daemon.ops.settings``)."""
     environ = os.environ if environ is None else environ
     types = {f.name: f.type for f in fields(DaemonConfig)}
     values: dict = {}

@@ -266,7 +266,7 @@ class JobView(BaseModel):
     def from_record(cls, record: Any, throughput: float | None = None,
                     iteration: int | None = None, cpu_percent: float | None = None,
                     pid: int | None = None) -> JobView:
-        """A view of a ``daemon.store.JobRecord`` (or anything with the same attributes; its
+        """A view of a ``daemon.store.store.JobRecord`` (or anything with the same attributes; its
         ``pid`` is the supervisor's) and ``pid``, the job's own process when known."""
         fields = ("id", "name", "state", "workers", "exit_code", "reason",
                   "submitted_at", "started_at", "finished_at", "uid")  # fmt: skip
@@ -393,7 +393,7 @@ class EventQuery(PageQuery):
 
 
 # -- paths ----------------------------------------------------------------------------
-# Every path of the REST API, for the daemon's routes (``adloader.daemon.api``) and its
+# Every path of the REST API, for the daemon's routes (``adloader.daemon.api.app``) and its
 # clients alike. ``{job_id}`` in a route is filled in by ``job_path``.
 V1 = "/v1"  # the versioned API's prefix: every path but METRICS and HEALTH
 JOBS = f"{V1}/jobs"

@@ -22,7 +22,7 @@ import httpx
 import psutil
 
 from adloader import rest
-from adloader.daemon.process import DaemonProcess
+from adloader.remote.process import DaemonProcess
 
 READS = (rest.JOBS, f"{rest.JOBS}/{{job}}", rest.ALLOCATIONS, f"{rest.EVENTS}?limit=500",
          rest.MODEL, rest.METRICS, rest.HEALTH)

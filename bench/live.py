@@ -35,12 +35,12 @@ from adloader import env as names
 from adloader import rest
 from adloader.bench import nodaemon, policy_label
 from adloader.bench.live_rounds import FIXED, summarise_rounds
-from adloader.daemon.process import DaemonProcess
+from adloader.device.device_profile import load_profile, save_profile
 from adloader.errors import InputError
 from adloader.models import features
+from adloader.remote.process import DaemonProcess
 from adloader.scheduling.samples import TrainingSample
 from adloader.sim.declared import FAST_GPU_STEPS
-from adloader.sim.device_profile import load_profile, save_profile
 from adloader.sim.gpu_node import GPU_NODE
 from adloader.sim.gpu_node import NAME as GPU_NODE_NAME
 from adloader.sim.trace import Trace, fit_to_gpus, load_trace
@@ -312,7 +312,8 @@ def predicted_limits(cfg: LiveConfig, profile_path: Path, trace: Trace, capacity
     """What no schedule of this mix can beat on this node, with its measured profile as the
     truth (a prediction, not a measurement): ``balance`` simulated on the profile, then
     ``experiments.schedule_limits`` against that run."""
-    from adloader.sim import experiments, synth
+    from adloader.device import synth
+    from adloader.sim import experiments
     from adloader.sim.simulator import SimConfig, simulate
 
     profile = load_profile(str(profile_path))
@@ -335,7 +336,7 @@ def measured_floor(cfg: LiveConfig, profile_path: Path, trace: Trace, runs: list
     take turns inflates past anything the node loaded) — and each job's emulated or measured
     GPU steps, from the jobs' first batch (start-up left out: the floor is lower still).
     Against the best fixed setting's and the requested setting's medians."""
-    from adloader.sim import synth
+    from adloader.device import synth
     from adloader.sim.schedule_oracle import jct_floor, peak_loading
     from adloader.sim.simulator import SimConfig
 
@@ -363,7 +364,7 @@ def simulated_baselines(cfg: LiveConfig, profile_path: Path, trace: Trace, capac
     of one pipeline alone shared d/D (truth ``model``), and the contention surface measured
     side by side (truth ``measured``, when the profile has one) — every job's rate held
     against its median live rate: is the simulator's baseline as strong as the real one?"""
-    from adloader.sim import synth
+    from adloader.device import synth
     from adloader.sim.cpu_sharing import MODES
     from adloader.sim.simulator import SimConfig, simulate
     from adloader.sim.truth import load_truth

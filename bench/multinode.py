@@ -100,7 +100,7 @@ def _streams(out: Path) -> dict[int, dict]:
 
 
 def run_two_nodes(work: Path, plain: bool = False) -> dict:
-    from adloader.daemon.process import DaemonProcess, free_port
+    from adloader.remote.process import DaemonProcess, free_port
 
     work.mkdir(parents=True, exist_ok=True)
     script = work / "rank.py"

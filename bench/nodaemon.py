@@ -132,7 +132,8 @@ class RunWatch:
         if "adloader.daemon.supervise" in text or any(  # ``-m``: earlier commits' daemons
                 part.endswith("supervise.py") for part in cmdline):
             return "supervisor"
-        if "adloader.daemon.refit" in text:  # the daemon's refit worker (``--for STATE``)
+        # the daemon's refit worker (``--for STATE``); ``adloader.daemon.refit``: earlier commits'
+        if "adloader.daemon.model.refit" in text or "adloader.daemon.refit" in text:
             return "refit"
         if "adloader.workloads.train" in text:
             return "job"

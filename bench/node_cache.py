@@ -98,7 +98,7 @@ def _run(mode: str, data: dict, work: Path, cache_bytes: int, epochs: int) -> di
     from adloader import env as names
     from adloader import rest
     from adloader.client.storage import LocalDirectorySource, RemoteStorageSource
-    from adloader.daemon.process import DaemonProcess
+    from adloader.remote.process import DaemonProcess
 
     link = work / "link"
     env = dict(os.environ)

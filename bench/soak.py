@@ -25,7 +25,7 @@ import httpx
 import psutil
 
 from adloader import rest
-from adloader.daemon.process import DaemonProcess
+from adloader.remote.process import DaemonProcess
 
 FULL_JOBS, QUICK_JOBS = 50_000, 600
 QUICK_RETAIN = 200  # ended jobs kept in quick mode (the daemon's default in full mode)

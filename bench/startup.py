@@ -48,7 +48,7 @@ def heavy_modules(argv: list[str], env: dict) -> list[str]:
 
 
 def run_startup_bench(rounds: int = 15) -> dict:
-    from adloader.daemon.process import DaemonProcess
+    from adloader.remote.process import DaemonProcess
 
     base = [sys.executable, "-c", "import argparse"]
     adl = adloader_command()

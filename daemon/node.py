@@ -2,7 +2,7 @@
 
 One control thread owns the ZeroMQ broker: it receives masters' messages, ticks the
 scheduler (buffers, lost jobs, cancels), reaps exited jobs and sends what the scheduler
-decided. REST threads call the NodeService methods (``daemon.service_impl``); they share
+decided. REST threads call the NodeService methods (``daemon.api.service_impl``); they share
 the scheduler and the store under one lock, leave messages in an outbox for the control
 thread and wake it (``Broker.wake``). The loop sleeps up to ``IDLE_TICK_S`` while nothing is
 due, ``HOUSEKEEPING_S`` while a job is ending, and until the next window closes: a node with
@@ -29,22 +29,22 @@ from adloader.protocol import ProtocolError, Register, replaced
 from adloader.rest import JobSpec, RecordedSpec
 from adloader.scheduling.throughput import ThroughputModel
 
-from .broker import Broker
-from .job_shares import JobShares
-from .launcher import Launcher
-from .metrics import MetricsCache
-from .model_features import FeatureCounter
-from .node_cache import NodeCacheHost
-from .node_processes import ProcessesMixin, cpu_share_of
-from .online_model import OnlineModel, prior_model
-from .recovery import RecoveryMixin
-from .refit import RefitWorker
-from .retention import Retention, Retirement
-from .scheduler import Actions, LiveJob, Scheduler
-from .service_impl import NodeServiceMixin
-from .slurm_identity import check_slurm_name
-from .store import FINAL_STATES, Store
-from .tokens import TokenDigest
+from .api.metrics import MetricsCache
+from .api.service_impl import NodeServiceMixin
+from .cache.node_cache import NodeCacheHost
+from .control.broker import Broker
+from .control.scheduler import Actions, LiveJob, Scheduler
+from .control.slurm_identity import check_slurm_name
+from .control.tokens import TokenDigest
+from .jobs.job_shares import JobShares
+from .jobs.launcher import Launcher
+from .jobs.node_processes import ProcessesMixin, cpu_share_of
+from .jobs.recovery import RecoveryMixin
+from .model.model_features import FeatureCounter
+from .model.online_model import OnlineModel, prior_model
+from .model.refit import RefitWorker
+from .store.retention import Retention, Retirement
+from .store.store import FINAL_STATES, Store
 
 log = logging.getLogger("adloader.daemon")
 STORE_CHECK_S = 2.0  # how often the daemon looks whether its state file is still there
@@ -151,7 +151,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
     def _loop(self) -> None:
         next_check = next_tick = 0.0
         while not self._stop.is_set():
-            self.loop_at = time.monotonic()  # the watchdog's sign of life (daemon.systemd)
+            self.loop_at = time.monotonic()  # the watchdog's sign of life (daemon.ops.systemd)
             try:
                 received = self.broker.poll(int(self._wait_s(next_tick) * 1000))
             except Exception:  # never: poll reports bad frames as entries

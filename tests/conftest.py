@@ -1,8 +1,8 @@
 import pytest
 
 from adloader import cli
-from adloader.sim import synth
-from adloader.sim.device_profile import load_profile
+from adloader.device import synth
+from adloader.device.device_profile import load_profile
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from adloader.daemon.process import DaemonProcess, free_port  # noqa: F401  (for the tests)
+from adloader.remote.process import DaemonProcess, free_port  # noqa: F401  (for the tests)
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):

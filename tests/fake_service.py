@@ -9,7 +9,7 @@ import threading
 
 from pydantic import TypeAdapter
 
-from adloader.daemon.history import EVENT_CURSOR, JOB_CURSOR, decode_cursor, encode_cursor
+from adloader.daemon.store.history import EVENT_CURSOR, JOB_CURSOR, decode_cursor, encode_cursor
 from adloader.errors import InputError
 from adloader.rest import EventQuery, JobQuery, JobSpec, JobView
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from ci_rules import cannot, run
 from daemon_harness import wait_for
 
-from adloader.daemon.process import free_port
+from adloader.remote.process import free_port
 
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 

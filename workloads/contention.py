@@ -9,7 +9,7 @@ of them are timed over one common window of wall-clock time while all of them ru
 one's rate is the samples it received over the time between its first and last batch in the
 window. Each point is measured ``rounds`` times, each pipeline keeps its median.
 
-The points are ``adloader.sim.loading_surface.SurfacePoint``; ``adloader profile
+The points are ``adloader.device.loading_surface.SurfacePoint``; ``adloader profile
 --contention`` writes them into the device profile's ``loading_surface``.
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from adloader.device.loading_surface import SurfacePoint, check_workers
 from adloader.errors import InputError
-from adloader.sim.loading_surface import SurfacePoint, check_workers
 
 Progress = Callable[[str], None]
 SETTLE_S = 0.3  # after the last pipeline is warm, before the window opens

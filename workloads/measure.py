@@ -21,10 +21,10 @@ import torch
 from scipy.optimize import nnls
 from torch.utils.data import DataLoader, Dataset
 
+from adloader.device.device_profile import DeviceProfile
+from adloader.device.loading_surface import SurfacePoint
 from adloader.errors import InputError
 from adloader.scheduling.samples import LoadingSample, TrainingSample
-from adloader.sim.device_profile import DeviceProfile
-from adloader.sim.loading_surface import SurfacePoint
 
 CPU_MODELS = ("smResnet20", "mdResnet12", "smVGG7", "smResnet32")
 CPU_BATCHES = (4, 8, 16)

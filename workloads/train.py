@@ -35,12 +35,12 @@ import torch
 from adloader import env as names
 from adloader.client import attach
 from adloader.client.loader import ElasticDataLoader
+from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
 from adloader.host.atomic import atomic_path
 from adloader.models import build, features
 from adloader.scheduling.autotune import Autotuner
 from adloader.scheduling.climb import ClimbingTuner
-from adloader.sim.device_profile import load_profile
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 from adloader.workloads.emulated_gpu import EmulatedTrainer, emulate_step
 

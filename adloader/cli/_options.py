@@ -12,7 +12,7 @@ from adloader import env
 
 def daemon_options() -> argparse.ArgumentParser:
     """--url and --token-file, for every command that talks to the daemon."""
-    from adloader.daemon.rest_client import DEFAULT_URL
+    from adloader.remote.rest_client import DEFAULT_URL
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=os.environ.get(env.URL) or DEFAULT_URL,
@@ -25,7 +25,7 @@ def daemon_options() -> argparse.ArgumentParser:
 
 def client(args: argparse.Namespace):
     """The DaemonClient for --url and --token-file."""
-    from adloader.daemon.rest_client import DaemonClient
+    from adloader.remote.rest_client import DaemonClient
 
     return DaemonClient.from_environment(args.url, args.token_file)
 

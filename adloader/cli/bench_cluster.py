@@ -11,9 +11,9 @@ QUICK_SIZES = (4, 16)
 def bench_cluster(args) -> int:
     """Kubernetes-like placement (spread, bin-packing) against loading-aware placement from
     the node summaries, at 16, 128 and 1,024 nodes (simulated; ratios against spread)."""
-    from adloader.sim import synth
+    from adloader.device import synth
+    from adloader.device.device_profile import load_profile
     from adloader.sim.cluster import compare
-    from adloader.sim.device_profile import load_profile
 
     profile = load_profile(args.profile)
     model = synth.fitted_model(profile, args.seed)

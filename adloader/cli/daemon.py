@@ -12,7 +12,7 @@ import sys
 import threading
 
 from adloader.config import DaemonConfig, listen_address, validate
-from adloader.daemon.settings import ensure_token, is_loopback, load_config
+from adloader.daemon.ops.settings import ensure_token, is_loopback, load_config
 from adloader.errors import DaemonBusy, InputError
 from adloader.host import heap
 
@@ -71,11 +71,12 @@ def _daemon(args) -> int:
     heap.fix_mmap_threshold()  # the requests'
     import uvicorn
 
-    from adloader.daemon import logs, metrics_listener
-    from adloader.daemon.api import create_app
+    from adloader.daemon.api import metrics_listener
+    from adloader.daemon.api.app import create_app
     from adloader.daemon.node import Node
-    from adloader.daemon.state_lock import StateLock
-    from adloader.daemon.systemd import Notifier
+    from adloader.daemon.ops import logs
+    from adloader.daemon.ops.state_lock import StateLock
+    from adloader.daemon.ops.systemd import Notifier
 
     notifier = Notifier.from_environment()  # taken out of the environment the jobs inherit
     config = _settings(args)
@@ -190,7 +191,7 @@ def _stop(args) -> int:
     import json
     import time
 
-    from adloader.daemon.state_lock import StateLock
+    from adloader.daemon.ops.state_lock import StateLock
 
     config = _settings(args)
     lock = StateLock(config.state_path)
@@ -214,7 +215,7 @@ def _stop(args) -> int:
 def _ui(args) -> int:
     """The operator's page, with a link that signs in (the token stays in the fragment,
     which browsers never send)."""
-    from adloader.daemon.rest_client import DaemonClient
+    from adloader.remote.rest_client import DaemonClient
 
     client = DaemonClient.from_environment(args.url, args.token_file)
     if not client.token:
@@ -229,7 +230,7 @@ def _ui(args) -> int:
 
 
 def _server_class():
-    from adloader.daemon.http_server import server_class
+    from adloader.daemon.api.http_server import server_class
 
     class Server(server_class()):
         """The daemon's uvicorn (a one-second tick), whose SIGTERM/SIGINT end a graceful

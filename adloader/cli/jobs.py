@@ -1,5 +1,5 @@
 """``adloader submit | jobs | describe | cancel | pause | resume | logs``: a running daemon's
-jobs, over its REST API (``daemon.rest_client.DaemonClient``).
+jobs, over its REST API (``adloader.remote.rest_client.DaemonClient``).
 
 Listings print to standard output, chosen with ``-o`` (``table``, ``wide``, ``name``,
 ``json``); piped, a table is plain columns, a line per job.
@@ -97,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 # -- submit ----------------------------------------------------------------------------
 def job_body(args: argparse.Namespace) -> tuple[dict, str]:
     """The JSON body for ``POST /v1/jobs`` from a job file and/or flags, and its origin."""
-    from adloader.daemon.jobfile import read_jobspec_toml
+    from adloader.remote.jobfile import read_jobspec_toml
 
     argv = list(args.argv)
     if argv and argv[0].endswith(".toml"):

@@ -21,9 +21,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from adloader.device.device_profile import DeviceProfile, save_profile
 from adloader.errors import InputError
 from adloader.scheduling.samples import LoadingSample, TrainingSample
-from adloader.sim.device_profile import DeviceProfile, save_profile
 from adloader.workloads import contention, measure
 from adloader.workloads.dataset import SyntheticJPEGDataset
 from adloader.workloads.samplefile import write_samples

@@ -34,7 +34,7 @@ def _demo(args: argparse.Namespace) -> int:
     runs in the simulator under every policy (``adloader bench static``)."""
     import tempfile
 
-    from adloader.daemon.process import DaemonProcess
+    from adloader.remote.process import DaemonProcess
     from adloader.sim.report import static_benchmark
     from adloader.sim.trace import load_trace
     from adloader.workloads.replay import replay

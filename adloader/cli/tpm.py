@@ -9,8 +9,8 @@ from . import _output
 
 
 def _samples(args: argparse.Namespace) -> int:
-    from adloader.sim import synth
-    from adloader.sim.device_profile import load_profile
+    from adloader.device import synth
+    from adloader.device.device_profile import load_profile
     from adloader.workloads.samplefile import write_samples
 
     profile = load_profile(args.profile)

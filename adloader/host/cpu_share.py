@@ -23,7 +23,7 @@ weight, so its worker runs on the CPU the served jobs leave (their prefetch queu
 instead of a share of its own; the served jobs are weighted by their workers as before. The
 rule ``order`` gives priority without moving a worker: each job's weight by its workers is
 scaled by ``ORDER_RATIO`` for each job ranked after it (the caller's ranking:
-``daemon.job_shares.end_order``), the node's total kept. The job ahead gets the CPU its
+``daemon.jobs.job_shares.end_order``), the node's total kept. The job ahead gets the CPU its
 workers can use, the next the CPU it leaves, and so on: the jobs end one after another instead
 of together, while every worker stays runnable, so the kernel keeps the node busy as before.
 

@@ -1,6 +1,6 @@
 """A fitted TPM regressor as plain arrays: predicting without scikit-learn.
 
-The daemon fits the TPM in a child (``daemon.refit``) and only predicts with it. When a
+The daemon fits the TPM in a child (``daemon.model.refit``) and only predicts with it. When a
 non-linear regressor wins (Table I: polynomial, k-nearest-neighbour, random forest),
 rebuilding it from the model's samples imported scikit-learn into the daemon — ~2
 CPU-seconds and ~100 MB of heap once a daemon life — and fitted it again at every online

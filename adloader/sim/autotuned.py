@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from adloader.device.device_profile import DeviceProfile
 from adloader.scheduling.autotune import Autotuner
-from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import EPS, SimConfig, SimResult, Simulator, gpu_rates
 from adloader.sim.trace import Trace
 

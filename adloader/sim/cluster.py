@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from adloader.device.device_profile import DeviceProfile
 from adloader.errors import InputError
 from adloader.models import features
 from adloader.scheduling.gpushare import iteration_rates
@@ -33,7 +34,6 @@ from adloader.scheduling.node_summary import summary
 from adloader.scheduling.planner import PlanJob, demands, plan
 from adloader.scheduling.policies import DEFAULT_POLICY
 from adloader.scheduling.throughput import ThroughputModel
-from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.generator import PAPER_MIX, batch_for
 
 PLACEMENTS = ("spread", "binpack", "loading")

@@ -12,7 +12,7 @@ workers D' = Σ d_i·f_i then load L(D') in all, s = L(D')/D'. The fixed point i
 bisection on s: a higher s leaves fewer workers runnable (D' falls), and L(D')/D' does not
 fall as D' does, so one s balances it.
 
-With a truth that measured its loading side by side (``adloader.sim.loading_surface``), each
+With a truth that measured its loading side by side (``adloader.device.loading_surface``), each
 job's workers load at s·c_i, c_i the job's contention factor at the jobs' workers: with every
 worker runnable that is the measured rate of each job; the kernel's redistribution acts on top.
 """

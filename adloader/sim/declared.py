@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from adloader.sim.device_profile import DeviceProfile, staged_loading
+from adloader.device.device_profile import DeviceProfile, staged_loading
 from adloader.sim.generator import PAPER_MIX, batch_for
 from adloader.sim.simulator import SimConfig
 from adloader.sim.trace import Trace, TraceJob, load_trace
@@ -173,8 +173,9 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
                        names: tuple[str, ...] | None = None, json_path=None,
                        floor_slot: float | None = None) -> int:
     """``adloader bench declared``: every member of the space, one honest table."""
+    from adloader.device import synth
     from adloader.scheduling.policies import DEFAULT_POLICY
-    from adloader.sim import output, report, synth
+    from adloader.sim import output, report
     from adloader.sim import truth as truths
 
     unknown = set(names or ()) - {m.name for m in MEMBERS}

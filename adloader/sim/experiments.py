@@ -21,11 +21,11 @@ from collections.abc import Callable
 import numpy as np
 from rich.progress import Progress
 
+from adloader.device.device_profile import DeviceProfile
 from adloader.scheduling.allocation import JobDemand, total_throughput
 from adloader.scheduling.fair import FairAllocator
 from adloader.scheduling.policies import POLICIES, get_policy
 from adloader.scheduling.throughput import ThroughputModel
-from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace
 

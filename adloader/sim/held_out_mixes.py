@@ -16,9 +16,9 @@ import time
 
 from rich.progress import Progress
 
+from adloader.device.device_profile import DeviceProfile
 from adloader.errors import InputError
 from adloader.scheduling.throughput import ThroughputModel
-from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.experiments import job_ratios
 from adloader.sim.simulator import SimConfig, simulate
 

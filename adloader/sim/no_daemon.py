@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from adloader.sim.device_profile import DeviceProfile
+from adloader.device.device_profile import DeviceProfile
 from adloader.sim.queues import no_daemon_config
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace

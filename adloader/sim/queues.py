@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from adloader.device.device_profile import DeviceProfile
 from adloader.errors import InputError
-from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, SimResult, simulate
 from adloader.sim.trace import Trace
 

@@ -29,9 +29,9 @@ def setup(profile: str = "paper", model: str | None = None, seed: int = 0,
     (``adloader.sim.truth``) and the profile's loading, and the node's settings, each checked."""
     from dataclasses import replace
 
-    from adloader.sim import synth
+    from adloader.device import synth
+    from adloader.device.device_profile import load_profile
     from adloader.sim import truth as truths
-    from adloader.sim.device_profile import load_profile
     from adloader.sim.simulator import LIVE_RESIZE_S, SimConfig
 
     realloc_cost = LIVE_RESIZE_S if realloc_cost is None else realloc_cost

@@ -8,8 +8,8 @@ import itertools
 
 import numpy as np
 
+from adloader.device.device_profile import DeviceProfile
 from adloader.scheduling.throughput import ThroughputModel
-from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.simulator import SimConfig, Simulator, gpu_rates
 from adloader.sim.trace import Trace
 

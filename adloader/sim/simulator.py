@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from adloader.config import ARRIVAL_SETTLE_S
+from adloader.device.device_profile import DeviceProfile
 from adloader.errors import InputError
 from adloader.models import features
 from adloader.scheduling import correction
@@ -30,7 +31,6 @@ from adloader.scheduling.throughput import ThroughputModel
 from adloader.sim.colocation import Colocation
 from adloader.sim.cpu_sharing import MODES as CPU_SHARING
 from adloader.sim.cpu_sharing import kernel_rates
-from adloader.sim.device_profile import DeviceProfile
 from adloader.sim.trace import Trace, TraceJob
 from adloader.sim.truth import DEFAULT_TRUTH, load_truth
 

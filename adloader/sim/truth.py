@@ -1,6 +1,6 @@
 """The ground truth a simulated node runs on: how long a job's step takes on its GPUs, and what
 sharing a GPU costs. The TPM the simulated daemon decides with is fitted from noisy samples of
-the truth (``adloader.sim.synth``); the simulator runs time on the truth itself.
+the truth (``adloader.device.synth``); the simulator runs time on the truth itself.
 
 - ``model`` (the ablation): the device profile's own eq. 6 and perfect time-slicing
   (``adloader.scheduling.gpushare``) — the forms the TPM regresses on, so it fits them exactly.
@@ -10,7 +10,7 @@ the truth (``adloader.sim.synth``); the simulator runs time on the truth itself.
   throughputs (``adloader.sim.colocation``). The TPM cannot fit it exactly.
 - ``measured``: loading as measured on the node, k pipelines side by side — the profile's
   contention surface (``loading_surface``, ``adloader profile --contention``), read by
-  ``adloader.sim.loading_surface``; steps and GPU sharing as ``model`` (the profile's eq. 6,
+  ``adloader.device.loading_surface``; steps and GPU sharing as ``model`` (the profile's eq. 6,
   which is what a node that emulates its GPUs runs). It needs a profile with a surface.
 - ``gpu-node``: ``model``'s steps and loading, and each job's intake ceiling as measured on
   a GPU node (``adloader.sim.gpu_node``): its training loop takes in at most L(1) ÷ r
@@ -35,11 +35,11 @@ from importlib import resources
 
 import numpy as np
 
+from adloader.device.device_profile import DeviceProfile
+from adloader.device.loading_surface import LoadingSurface
 from adloader.errors import InputError
 from adloader.models import features
 from adloader.sim.colocation import Colocation
-from adloader.sim.device_profile import DeviceProfile
-from adloader.sim.loading_surface import LoadingSurface
 
 TRUTHS = ("model", "published", "measured", "gpu-node")
 DEFAULT_TRUTH = "model"
@@ -221,6 +221,6 @@ def tpm_error(truth, model, jobs) -> dict:
 
 def profile_sha256(name_or_path: str) -> str:
     """sha256 of the profile file ``load_profile(name_or_path)`` reads."""
-    from adloader.sim.device_profile import profile_bytes
+    from adloader.device.device_profile import profile_bytes
 
     return sha256(profile_bytes(name_or_path)[0])

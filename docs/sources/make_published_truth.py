@@ -82,7 +82,7 @@ truth = {
         "paper profile's testbed. Loading is not here: it stays the profile's L(D)."),
     "gpu": "GeForce RTX 2080 Ti",
     "gpu_choice": (
-        "adloader/sim/profiles/paper.json and A-Dloader §IV-A: 4x GeForce RTX 2080 Ti. Published "
+        "adloader/device/profiles/paper.json and A-Dloader §IV-A: 4x GeForce RTX 2080 Ti. Published "  # noqa: E501
         "single-GPU 2080 Ti figures exist for ResNet-18/50/101/152 (CGN, PyTorch) and VGG16 "
         "(Lambda, TensorFlow), so those anchor the steps. No batch sweep and no co-location pair "
         "is published for a 2080 Ti: the batch curve is the V100's (Gavel, PyTorch ImageNet "

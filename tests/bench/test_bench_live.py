@@ -23,9 +23,9 @@ def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch
     """The GPU branch of the prior, with the GPU timing replaced (no GPU here): α is fitted
     from the mix's models at half, once and twice their per-GPU batch."""
     from adloader.bench import live as bench_live
+    from adloader.device.device_profile import load_profile
     from adloader.models import features
     from adloader.scheduling.samples import TrainingSample
-    from adloader.sim.device_profile import load_profile
 
     paper = load_profile("paper")
     asked = {}

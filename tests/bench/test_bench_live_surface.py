@@ -7,8 +7,8 @@ import pytest
 
 from adloader.bench import live
 from adloader.bench.live_report import model_rows
-from adloader.sim.device_profile import load_profile, save_profile
-from adloader.sim.loading_surface import SurfacePoint
+from adloader.device.device_profile import load_profile, save_profile
+from adloader.device.loading_surface import SurfacePoint
 from adloader.sim.trace import load_trace
 
 

@@ -11,7 +11,7 @@ time after ``gc.collect()`` and two turns of the control loop. Per finished job:
 (m2 − m1) / MORE.
 
 Only this process's Python allocations count: SQLite's own memory (the store's pages) is not
-Python's, and the model's fits run in a child process (``daemon.refit``) whose scikit-learn
+Python's, and the model's fits run in a child process (``daemon.model.refit``) whose scikit-learn
 is not here. RSS, which counts all of it and the allocator's free lists too, is what
 ``adloader bench soak`` reports (``tests/bench/test_soak.py``: not asserted, this machine's
 load moves it); this figure is the same process's bookkeeping, which load does not move.
@@ -38,7 +38,7 @@ from daemon_harness import wait_for
 from adloader.bench.soak import LIVE, _jobs_player
 from adloader.config import config_from
 from adloader.daemon.node import Node
-from adloader.daemon.retention import ENDED_STATES
+from adloader.daemon.store.retention import ENDED_STATES
 
 FIRST = 300  # jobs ended before the first reading (past the retention count: pruning runs)
 MORE = 1500  # jobs ended between the two readings

@@ -28,7 +28,7 @@ import pytest
 
 from adloader import env as names
 from adloader.bench import nodaemon
-from adloader.daemon.process import DaemonProcess
+from adloader.remote.process import DaemonProcess
 from adloader.sim.trace import load_trace
 from adloader.workloads import replay as replay_mod
 from adloader.workloads.dataset import ensure_images
@@ -133,7 +133,7 @@ def test_the_watch_counts_a_daemon_child_that_does_not_name_the_run(tmp_path):
     marker = str(tmp_path / "run-marker")
     parent = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
               "'import time; t = time.process_time(); exec(\"while time.process_time() - t "
-              "< 0.6: pass\"); time.sleep(0.6)', 'adloader.daemon.' + 'refit'])")
+              "< 0.6: pass\"); time.sleep(0.6)', 'adloader.daemon.model.' + 'refit'])")
     proc = subprocess.Popen([sys.executable, "-c", parent, marker])
     with nodaemon.RunWatch(marker, every_s=0.1) as watch:
         proc.wait(30)

@@ -10,7 +10,7 @@ import time
 import pytest
 import zmq
 
-from adloader.daemon.broker import MAX_MESSAGE_BYTES, Broker
+from adloader.daemon.control.broker import MAX_MESSAGE_BYTES, Broker
 from adloader.errors import InputError
 from adloader.protocol import (
     MAX_FRAME,

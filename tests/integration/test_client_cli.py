@@ -15,8 +15,8 @@ import uvicorn
 from fake_service import TOKEN, FakeService
 
 from adloader.config import DaemonConfig
-from adloader.daemon.api import create_app
-from adloader.daemon.settings import load_config
+from adloader.daemon.api.app import create_app
+from adloader.daemon.ops.settings import load_config
 
 JOB_TOML = """
 [job]

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from adloader.cli import main
+from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
-from adloader.sim.device_profile import load_profile
 from adloader.sim.truth import load_truth
 from adloader.workloads.contention import measure_contention
 from adloader.workloads.dataset import SyntheticJPEGDataset

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from daemon_harness import Daemon, wait_for
 
-from adloader.daemon import ui
+from adloader.daemon.api import ui
 
 CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(
@@ -198,7 +198,7 @@ def test_the_static_files_are_package_data():
 
     root = Path(__file__).resolve().parents[2]
     data = tomllib.loads((root / "pyproject.toml").read_text())
-    patterns = data["tool"]["setuptools"]["package-data"]["adloader.daemon"]
+    patterns = data["tool"]["setuptools"]["package-data"]["adloader.daemon.api"]
     static = Path(ui.__file__).parent
     shipped = {p.relative_to(static).as_posix() for pattern in patterns
                for p in static.glob(pattern) if p.is_file()}

@@ -12,8 +12,8 @@ import httpx
 import pytest
 import uvicorn
 
-from adloader.daemon import http_server
-from adloader.daemon.http_server import TICK_S, server_class
+from adloader.daemon.api import http_server
+from adloader.daemon.api.http_server import TICK_S, server_class
 
 
 async def _app(scope, receive, send):

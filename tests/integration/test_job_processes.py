@@ -12,7 +12,7 @@ import psutil
 import pytest
 from daemon_harness import Daemon, RawMaster, wait_for
 
-from adloader.daemon.launcher import group_alive
+from adloader.daemon.jobs.launcher import group_alive
 
 # a job with a child of its own in its process group (as a loader's workers are)
 WITH_CHILD = [sys.executable, "-c", "import subprocess, sys, time\n"

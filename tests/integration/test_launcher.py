@@ -11,7 +11,7 @@ import psutil
 import pytest
 from daemon_harness import REPORT_GROUP, group_of_a_new_session, sessions_split_cpu
 
-from adloader.daemon.launcher import ExitStatus, Launcher, LaunchError
+from adloader.daemon.jobs.launcher import ExitStatus, Launcher, LaunchError
 from adloader.host.cpu_group import cpu_group, separate_cpu_group
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
@@ -91,7 +91,7 @@ def test_a_job_s_processes_are_read_from_the_kernel_s_children_lists(launcher):
     main one (a DataLoader's are forked from the main thread, pin-memory and prefetch
     threads run beside it): the kernel's per-thread children lists give the same family as
     a pass over every process on the node, and the job's CPU seconds count the worker's."""
-    from adloader.daemon import launcher as launching
+    from adloader.daemon.jobs import launcher as launching
 
     cmd = [sys.executable, "-c", "import subprocess, sys, threading, time\n"
            "def fork():\n"

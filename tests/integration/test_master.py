@@ -19,7 +19,7 @@ import torch
 
 from adloader.client import JobMaster, attach
 from adloader.client.checkpoint import load_checkpoint, save_checkpoint
-from adloader.daemon.broker import Broker
+from adloader.daemon.control.broker import Broker
 from adloader.errors import InputError
 from adloader.protocol import (
     Allocation,

@@ -17,7 +17,7 @@ from daemon_harness import Daemon, free_port
 
 from adloader import env
 from adloader.config import DaemonConfig
-from adloader.daemon.metrics_listener import KUBERNETES, WRONG_TOKEN, refusal
+from adloader.daemon.api.metrics_listener import KUBERNETES, WRONG_TOKEN, refusal
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -161,7 +161,7 @@ def test_off_loopback_the_metrics_token_must_be_provisioned_first(tmp_path):
 
 
 def test_a_metrics_token_readable_by_others_is_refused_a_group_readable_one_taken(tmp_path):
-    from adloader.daemon.settings import ensure_token
+    from adloader.daemon.ops.settings import ensure_token
     from adloader.errors import InputError
 
     path = tmp_path / "metrics.token"

@@ -17,8 +17,8 @@ import pytest
 from daemon_harness import Daemon, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from adloader.daemon.process import DaemonProcess
 from adloader.host.build_info import build_info
+from adloader.remote.process import DaemonProcess
 from adloader.version import __version__
 
 BURN = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 60: pass\n"]
@@ -136,7 +136,7 @@ def test_systemd_hears_ready_then_the_watchdog(tmp_path, notify_socket):
 
 
 def test_without_systemd_nothing_is_sent_and_nothing_breaks(tmp_path):
-    from adloader.daemon.systemd import Notifier
+    from adloader.daemon.ops.systemd import Notifier
 
     env = {"WATCHDOG_USEC": "1000000", "WATCHDOG_PID": str(os.getpid() + 1)}
     quiet = Notifier.from_environment(env)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from daemon_harness import Daemon, wait_for
 
-from adloader.daemon.process import DaemonProcess
+from adloader.remote.process import DaemonProcess
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import torch
 from PIL import Image
 
 from adloader.cli import main
+from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
 from adloader.scheduling.samples import LoadingSample, TrainingSample
-from adloader.sim.device_profile import load_profile
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 from adloader.workloads.measure import (
     fit_alpha,

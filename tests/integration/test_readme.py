@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import free_port
 
-from adloader.daemon.jobfile import load_jobspec_file
+from adloader.remote.jobfile import load_jobspec_file
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.M | re.S)

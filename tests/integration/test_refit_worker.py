@@ -1,4 +1,4 @@
-"""The daemon's long-lived refit worker (``daemon.refit.RefitWorker``): the same models as a
+"""The daemon's long-lived refit worker (``daemon.model.refit.RefitWorker``): the same models as a
 one-shot child, scikit-learn imported once for many fits, and a worker that is gone (killed,
 or exited when idle) started again for the next fit."""
 
@@ -7,11 +7,11 @@ import time
 import psutil
 import pytest
 
-from adloader.daemon.refit import RefitWorker, fit_in_child
+from adloader.daemon.model.refit import RefitWorker, fit_in_child
+from adloader.device import synth
+from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
 from adloader.scheduling.throughput import ThroughputModel
-from adloader.sim import synth
-from adloader.sim.device_profile import load_profile
 
 
 def _request(seed: int = 0) -> dict:

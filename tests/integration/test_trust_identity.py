@@ -173,7 +173,7 @@ def test_a_job_is_the_process_the_kernel_says_connected_not_the_pid_it_claims(da
 
 
 def test_peer_credentials_are_read_from_the_property_libzmq_sets():
-    from adloader.daemon.broker import Peer, peer_of
+    from adloader.daemon.control.broker import Peer, peer_of
 
     got = peer_of("localhost:1000:100:4242")
     assert isinstance(got, Peer) and got[:3] == (1000, 100, 4242) and got.seen > 0

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adloader.daemon.broker import Broker
+from adloader.daemon.control.broker import Broker
 
 SCENARIO = Path(__file__).parents[1] / "two_users_scenario.py"
 GROUP, DAEMON, TENANT, HOSTILE, OUTSIDER = 61000, 61001, 61002, 61003, 61004

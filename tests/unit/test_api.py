@@ -8,10 +8,10 @@ from fake_service import TOKEN, FakeService
 from fastapi.testclient import TestClient
 
 from adloader import limits
-from adloader.daemon.api import create_app
-from adloader.daemon.jobfile import load_jobspec_file
-from adloader.daemon.service import NodeService
+from adloader.daemon.api.app import create_app
+from adloader.daemon.api.service import NodeService
 from adloader.errors import InputError
+from adloader.remote.jobfile import load_jobspec_file
 from adloader.rest import parse_jobspec
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adloader.daemon.api import create_app
+from adloader.daemon.api.app import create_app
 
 CONFIG = Path(__file__).parent.parent / "api" / "schemathesis.toml"
 # schemathesis' own (4.32.5, schemathesis.config._checks): what a check expects untold

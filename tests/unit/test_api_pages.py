@@ -11,7 +11,7 @@ from fake_service import TOKEN, FakeService
 from fastapi.testclient import TestClient
 
 from adloader import rest
-from adloader.daemon.api import create_app
+from adloader.daemon.api.app import create_app
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SPEC = {"name": "r18", "command": ["python", "train.py"], "model": "Resnet18",

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from adloader.config import config_from
-from adloader.daemon.live import LiveJob
-from adloader.daemon.scheduler import Scheduler
-from adloader.daemon.tokens import TokenDigest
+from adloader.daemon.control.live import LiveJob
+from adloader.daemon.control.scheduler import Scheduler
+from adloader.daemon.control.tokens import TokenDigest
 from adloader.protocol import Resize
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace, TraceJob

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.daemon.live import LiveJob
-from adloader.daemon.scheduler import Scheduler
-from adloader.daemon.tokens import TokenDigest
+from adloader.daemon.control.live import LiveJob
+from adloader.daemon.control.scheduler import Scheduler
+from adloader.daemon.control.tokens import TokenDigest
 from adloader.protocol import Allocation, Heartbeat, JobFeatures, Paused, Register, Resize
 from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
 from adloader.scheduling.intake import FLOOR_MAX, WEIGHT, IntakeCeiling

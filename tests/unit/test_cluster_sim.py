@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from adloader.device import synth
+from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
-from adloader.sim import synth
 from adloader.sim.cluster import PLACEMENTS, CJob, Cluster, cluster_trace, compare
-from adloader.sim.device_profile import load_profile
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import Trace, TraceJob
 

@@ -1,6 +1,6 @@
 """A Slurm step on cgroup v2 is weighted in its own cgroup, never moved out of it
-(``CpuShares.keep``, ``daemon.slurm_identity.slurm_step_group``): on a cgroup2 hierarchy laid
-out in a folder as the kernel lays it. The real hierarchy, with a real Slurm, is
+(``CpuShares.keep``, ``daemon.control.slurm_identity.slurm_step_group``): on a cgroup2
+hierarchy laid out in a folder as the kernel lays it. The real hierarchy, with a real Slurm, is
 ``tests/integration/test_slurm_v2.py``'s."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from adloader.daemon.control.slurm_identity import slurm_step_group
+from adloader.daemon.jobs import job_shares
+from adloader.daemon.jobs.job_shares import JobShares
 from adloader.errors import StorageError
 from adloader.host.cpu_share import CpuShares
-from daemon import job_shares
-from daemon.job_shares import JobShares
-from daemon.slurm_identity import slurm_step_group
 
 SCOPE = "system.slice/n1_slurmstepd.scope"
 

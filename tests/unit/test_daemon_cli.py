@@ -1,7 +1,7 @@
 import os
 
 from adloader import cli
-from adloader.daemon.settings import ensure_token, is_loopback
+from adloader.daemon.ops.settings import ensure_token, is_loopback
 
 
 def test_token_file_is_created_0600_and_reused(tmp_path):

@@ -259,8 +259,9 @@ def test_the_arrival_bound_by_hand_and_against_every_simulated_policy():
     with pytest.raises(InputError):
         arrival_bound([0], [1, 2], [1], 1)
 
-    from adloader.sim import experiments, synth
-    from adloader.sim.device_profile import load_profile
+    from adloader.device import synth
+    from adloader.device.device_profile import load_profile
+    from adloader.sim import experiments
     from adloader.sim.trace import load_trace
 
     profile = load_profile("paper")

@@ -288,10 +288,10 @@ def test_the_order_search_never_runs_one_order_twice(monkeypatch):
     """Two late jobs can trade places back and forth (each swap makes the other the first
     late): the search stops there instead of re-running the same orders until its 2N moves
     are spent. A node of 17 jobs on 8 GPUs, three a GPU, whose deadlines no order meets."""
+    from adloader.device import synth
+    from adloader.device.device_profile import load_profile
     from adloader.scheduling.planner import PlanJob, plan
     from adloader.scheduling.priority_plan import Rows
-    from adloader.sim import synth
-    from adloader.sim.device_profile import load_profile
 
     model = synth.fitted_model(load_profile("paper"), 0)
     table = model.loading_table(64)

@@ -1,8 +1,9 @@
 """The house rules as import-linter contracts (pyproject.toml, ``[tool.importlinter]``), run on
 the layout a wheel installs (``daemon/`` is ``adloader/daemon/`` there): the daemon and the
 client share only contracts, nothing imports the command line, the pure core imports no edge,
-scheduling and the data path stay two halves, and no import circle at any depth — imports
-inside functions included. Each rule is also shown to fail on a planted violation."""
+the daemon imports no simulator, scheduling and the data path stay two halves, and no import
+circle at any depth — imports inside functions included. Each rule is also shown to fail on a
+planted violation."""
 
 from __future__ import annotations
 
@@ -48,11 +49,13 @@ def test_every_contract_is_kept(tree):
 
 
 @pytest.mark.parametrize(("module", "line", "broken"), [
-    ("daemon/store.py", "from adloader.client import attach", "share only contracts"),
-    ("daemon/store.py", "def f():\n    from adloader.client import attach", "share only"),
+    ("daemon/store/store.py", "from adloader.client import attach", "share only contracts"),
+    ("daemon/store/store.py", "def f():\n    from adloader.client import attach", "share only"),
     ("scheduling/planner.py", "from adloader.host import cores", "pure core"),
     ("datapath/reuse.py", "from adloader.scheduling import samples", "two halves"),
     ("sim/trace.py", "from adloader.cli import main", "command line"),
+    ("daemon/model/refit.py", "def f():\n    from adloader.sim import trace", "no simulator"),
+    ("scheduling/planner.py", "from adloader.device import synth", "pure core"),
     ("datapath/reuse.py", "def f():\n    from adloader.datapath import eviction", "circles"),
 ])
 def test_a_planted_violation_breaks_its_contract(tree, module, line, broken):

@@ -1,4 +1,4 @@
-"""The daemon's side of the CPU groups (daemon/job_shares.py) on a cgroup2 hierarchy laid out
+"""The daemon's side of the CPU groups (daemon/jobs/job_shares.py) on a cgroup2 hierarchy laid out
 in a folder as the kernel lays it: weights written by the configured rule, and the loading
 samples of a node whose jobs are held under the rule ``turn`` (or ranked under ``order``) kept
 out of the TPM's."""
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from adloader.config import DaemonConfig, validate
+from adloader.daemon.jobs.job_shares import JobShares, end_order
 from adloader.errors import InputError
 from adloader.host.cpu_share import CpuShares
 from adloader.scheduling.fluid_order import (
@@ -21,7 +22,6 @@ from adloader.scheduling.fluid_order import (
     rank,
 )
 from adloader.scheduling.samples import LoadingSample, TrainingSample
-from daemon.job_shares import JobShares, end_order
 
 
 class _Job:

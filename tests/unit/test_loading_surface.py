@@ -1,4 +1,4 @@
-"""The contention surface (adloader/sim/loading_surface.py) and the `measured` truth: it
+"""The contention surface (adloader/device/loading_surface.py) and the `measured` truth: it
 round-trips through the profile JSON, reproduces every measured point (alone, in the simulator
 under both CPU-sharing truths, in the TPM's samples), interpolates between them by its stated
 rule, and a profile without one loads and behaves as before."""
@@ -13,12 +13,13 @@ import pytest
 from rich.console import Console
 
 from adloader.cli import main
+from adloader.device import synth
+from adloader.device.device_profile import load_profile, save_profile
+from adloader.device.loading_surface import LoadingSurface, SurfacePoint
 from adloader.errors import InputError
 from adloader.scheduling.gpushare import iteration_rates
-from adloader.sim import report, synth
+from adloader.sim import report
 from adloader.sim.cpu_sharing import kernel_rates
-from adloader.sim.device_profile import load_profile, save_profile
-from adloader.sim.loading_surface import LoadingSurface, SurfacePoint
 from adloader.sim.simulator import SimConfig, Simulator
 from adloader.sim.trace import load_trace
 from adloader.sim.truth import load_truth

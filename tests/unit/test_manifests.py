@@ -148,7 +148,7 @@ def test_the_podmonitor_scrapes_the_daemons_metrics_listener_with_its_secret(tmp
 
 
 def test_the_daemon_pod_has_its_own_network_and_would_refuse_the_hosts(tmp_path):
-    from adloader.daemon.metrics_listener import refusal
+    from adloader.daemon.api.metrics_listener import refusal
 
     pod = {d["kind"]: d for d in _docs(DEPLOY / "daemonset.yaml")}["DaemonSet"]["spec"][
         "template"]["spec"]

@@ -6,11 +6,11 @@ import threading
 
 import numpy as np
 
-from adloader.daemon import online_model
-from adloader.daemon.online_model import REFIT_EVERY, REFIT_TOLERANCE, OnlineModel
+from adloader.daemon.model import online_model
+from adloader.daemon.model.online_model import REFIT_EVERY, REFIT_TOLERANCE, OnlineModel
+from adloader.device import synth
+from adloader.device.device_profile import load_profile
 from adloader.scheduling.samples import LoadingSample, TrainingSample
-from adloader.sim import synth
-from adloader.sim.device_profile import load_profile
 
 
 class _Store:
@@ -105,7 +105,7 @@ def test_samples_of_too_few_jobs_do_not_start_a_fit(monkeypatch):
 
 
 def test_a_fit_refits_only_the_parts_its_samples_spread_over():
-    from adloader.daemon.refit import MIN_DISTINCT, MIN_SPREAD, fittable
+    from adloader.daemon.model.refit import MIN_DISTINCT, MIN_SPREAD, fittable
 
     model = synth.fitted_model(load_profile("paper"), 0)
     few = [s for _, s in _samples(model, 1.0, JOBS[:3]) * 4]  # 12 training, 3 jobs

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from adloader.daemon.api import create_app
+from adloader.daemon.api.app import create_app
 
 SNAPSHOT = Path(__file__).parent.parent / "api" / "contract.json"
 

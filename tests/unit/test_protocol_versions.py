@@ -69,10 +69,10 @@ def test_what_stays_refused(frame):
 
 def test_the_scheduler_keeps_each_job_s_version():
     """A job started by hand attaches with its Register: the daemon keeps its version."""
-    from adloader.daemon.scheduler import Scheduler
-    from adloader.daemon.tokens import TokenDigest
-    from adloader.sim import synth
-    from adloader.sim.device_profile import load_profile
+    from adloader.daemon.control.scheduler import Scheduler
+    from adloader.daemon.control.tokens import TokenDigest
+    from adloader.device import synth
+    from adloader.device.device_profile import load_profile
 
     sched = Scheduler(capacity=4, gpus=2, policy="balance",
                       model=synth.fitted_model(load_profile("paper"), 0),

@@ -1,4 +1,4 @@
-"""``adloader.daemon.scheduler.Scheduler``: events in, decisions out (in the style of rq's
+"""``adloader.daemon.control.scheduler.Scheduler``: events in, decisions out (in the style of rq's
 ``handle_command`` tests and adaptdl's ``pollux_test.py``).
 
 No sockets, processes, disk or sleeps: jobs are ``LiveJob`` objects, a master's messages are
@@ -14,10 +14,10 @@ import signal
 
 import pytest
 
-import adloader.daemon.scheduler as scheduler_module
-from adloader.daemon.live import ACTIVE, Actions, LiveJob
-from adloader.daemon.scheduler import Scheduler
-from adloader.daemon.tokens import TokenDigest
+import adloader.daemon.control.scheduler as scheduler_module
+from adloader.daemon.control.live import ACTIVE, Actions, LiveJob
+from adloader.daemon.control.scheduler import Scheduler
+from adloader.daemon.control.tokens import TokenDigest
 from adloader.errors import InputError
 from adloader.protocol import (
     Allocation,
@@ -847,7 +847,7 @@ def test_a_confined_job_gets_its_part_of_the_workers(paper_model, clock, share, 
 
 
 def test_a_name_the_kernel_contradicts_is_refused_and_a_verified_one_is_said(paper_model, clock):
-    """The node's name check (``daemon.slurm_identity``) decides: False refuses the Register
+    """The node's name check (``daemon.control.slurm_identity``) decides: False refuses the Register
     (nothing is attached, the sender alone is answered); True or None attaches, said in the
     event."""
     verdicts = {"slurm-5.0": (False, "not in Slurm job 5"), "slurm-6.0": (True, "in job 6")}

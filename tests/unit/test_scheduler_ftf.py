@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from test_scheduler import Clock  # the hand-moved clock of the scheduler tests
 
-from adloader.daemon.live import LiveJob
-from adloader.daemon.scheduler import REVIEW_MIN_S, Scheduler
-from adloader.daemon.tokens import TokenDigest
+from adloader.daemon.control.live import LiveJob
+from adloader.daemon.control.scheduler import REVIEW_MIN_S, Scheduler
+from adloader.daemon.control.tokens import TokenDigest
 from adloader.protocol import Finish, Heartbeat, JobFeatures, Register
 
 SMALL = {"batch_size": 32, "gpus": 1, "flops_g": 0.3, "params_m": 1.0}  # GPU-light: loading-bound

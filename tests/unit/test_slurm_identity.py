@@ -1,5 +1,5 @@
 """A Slurm name is checked against the Slurm job the registering process is in
-(``daemon.slurm_identity``): /proc/PID/cgroup as cgroup v1 and v2 hosts write it, read from
+(``daemon.control.slurm_identity``): /proc/PID/cgroup as cgroup v1 and v2 hosts write it, read from
 folders the test makes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adloader.daemon.slurm_identity import check_slurm_name, slurm_job_of
+from adloader.daemon.control.slurm_identity import check_slurm_name, slurm_job_of
 
 V1_IN_JOB = ("12:freezer:/slurm_node1/uid_1000/job_1234/step_0\n"
              "5:cpuset:/slurm_node1/uid_1000/job_1234/step_0\n4:memory:/\n0::/\n")

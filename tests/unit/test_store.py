@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from adloader.daemon.store import Store
+from adloader.daemon.store.store import Store
 from adloader.errors import StorageError
 from adloader.rest import JobSpec
 from adloader.scheduling.samples import LoadingSample, TrainingSample
@@ -356,7 +356,7 @@ def test_pruning_keeps_what_a_fit_reads(tmp_path):
 def test_fitted_models_are_bounded_newest_kept(tmp_path):
     """A busy node refits every few tens of seconds for months: the store keeps the newest
     ``MODELS_KEPT`` fitted models, not every one."""
-    from adloader.daemon.store_tpm import MODELS_KEPT
+    from adloader.daemon.store.tpm import MODELS_KEPT
 
     store = Store(tmp_path / "s.db")
     for v in range(3 * MODELS_KEPT):

@@ -1,4 +1,4 @@
-"""The store's readers (``daemon/store_readers.py``): reads of the history are made side by
+"""The store's readers (``daemon/store/readers.py``): reads of the history are made side by
 side, each on a read-only connection of its own, at most ``most`` of them; a reader whose
 read failed is closed and the read made on the writer; closing waits for reads under way."""
 
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from adloader.daemon.store import Store
-from adloader.daemon.store_readers import Readers
+from adloader.daemon.store.readers import Readers
+from adloader.daemon.store.store import Store
 from adloader.rest import JobQuery, JobSpec
 
 SPEC = JobSpec(name="r18", command=["python", "train.py"], features={"flops_g": 3.6,

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from adloader import rest
-from adloader.daemon.history import EVENT_CURSOR, JOB_CURSOR, decode_cursor, encode_cursor
-from adloader.daemon.retention import Retention
-from adloader.daemon.store import Store
+from adloader.daemon.store.history import EVENT_CURSOR, JOB_CURSOR, decode_cursor, encode_cursor
+from adloader.daemon.store.retention import Retention
+from adloader.daemon.store.store import Store
 from adloader.errors import InputError
 from adloader.rest import EventQuery, JobQuery, JobSpec, JobView
 
@@ -238,7 +238,7 @@ def test_a_view_made_for_a_job_retired_meanwhile_is_not_kept(tmp_path):
     and the view it keeps: the view is dropped again, so none stays behind for months."""
     from types import SimpleNamespace
 
-    from adloader.daemon.service_impl import NodeServiceMixin
+    from adloader.daemon.api.service_impl import NodeServiceMixin
 
     with Store(tmp_path / "s.db") as store:
         held = store.add_job(SPEC, "tok", state="running")
@@ -306,7 +306,7 @@ def test_the_store_is_pruned_outside_the_node_lock(tmp_path):
     event, and removes their files after."""
     from types import SimpleNamespace
 
-    from adloader.daemon.retention import Retirement
+    from adloader.daemon.store.retention import Retirement
 
     lock = threading.Lock()
     with Store(tmp_path / "s.db") as store:

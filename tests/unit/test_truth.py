@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from adloader.device import synth
 from adloader.errors import InputError
 from adloader.models import features
-from adloader.sim import report, synth
+from adloader.sim import report
 from adloader.sim.simulator import SimConfig, SimJob, Simulator, gpu_rates
 from adloader.sim.trace import TraceJob, load_trace
 from adloader.sim.truth import TRUTHS, load_truth, published_truth, tpm_error
@@ -143,7 +144,9 @@ def test_the_tpm_fits_the_model_truth_but_not_the_published_one(paper_profile):
 # has no surface: `measured`'s intro is in tests/unit/test_loading_surface.py
 def test_the_bench_intro_reports_the_truth_its_hashes_and_the_tpm_error(name):
     text, facts = _intro(name)
-    profile_hash = hashlib.sha256(_file("profiles", "paper.json")).hexdigest()
+    profile_hash = hashlib.sha256(
+        resources.files("adloader.device").joinpath("profiles", "paper.json").read_bytes()
+    ).hexdigest()
     assert f"truth {name!r}" in text and f"profile sha256 {profile_hash}" in text
     assert facts["profile_sha256"] == profile_hash
     if name == "published":
