@@ -1,7 +1,7 @@
 """Every ``ADLOADER_*`` environment variable, declared once (as adaptdl's ``env.py``).
 
 Three families, never sharing a name: the *job contract* (what the daemon's launcher or
-``adloader run`` hands a job, read by ``adloader.client.attach``), the *REST client*
+``adloader run`` hands a job, read by ``adloader.client.master.attach``), the *REST client*
 (what ``adloader jobs`` and friends read), and the *daemon settings* (``ADLOADER_`` + a
 setting's name in upper case, e.g. ``ADLOADER_PORT``; see ``adloader.config``); besides
 them, what the downward API tells a daemon about its pod (``ADLOADER_POD_IP``). A job's
@@ -20,7 +20,8 @@ SUPERVISOR = "ADLOADER_SUPERVISOR"  # "launcher" | "run": who reports the exit s
 CHECKPOINT_DIR = "ADLOADER_CHECKPOINT_DIR"  # where Pause checkpoints go
 RESUME = "ADLOADER_RESUME"  # a checkpoint to resume from
 MODEL = "ADLOADER_MODEL"  # the zoo model of a job that does not name one to attach()
-NAME = "ADLOADER_NAME"  # what to call the job (before the launcher's name: client.launcher_name)
+# what to call the job (before the launcher's name: client.master.launcher_name)
+NAME = "ADLOADER_NAME"
 
 JOB_CONTRACT = (ENDPOINT, JOB, JOB_TOKEN, WORKERS, GPU_IDS, SUPERVISOR, CHECKPOINT_DIR, RESUME,
                 MODEL, NAME)

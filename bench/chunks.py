@@ -39,8 +39,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from adloader.client.chunked import H5Rows, measure_threshold
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.data.chunked import H5Rows, measure_threshold
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.datapath.chunk_runs import ChunkThreshold, plan_reads
 from adloader.errors import InputError
 

@@ -23,9 +23,9 @@ from collections import Counter
 import psutil
 from torch.utils.data import DataLoader, Dataset
 
-from adloader.client.loader import ElasticDataLoader
-from adloader.client.paths import PathTable
-from adloader.client.stream import ShardedStream
+from adloader.client.data.paths import PathTable
+from adloader.client.loader.loader import ElasticDataLoader
+from adloader.client.loader.stream import ShardedStream
 
 CTX = "fork"
 

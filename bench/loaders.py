@@ -44,7 +44,7 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, default_collate
 
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.datapath.sample_order import rank_order
 from adloader.errors import InputError
 from adloader.workloads.dataset import SyntheticJPEGDataset

@@ -256,7 +256,7 @@ class SyntheticImages(torch.utils.data.Dataset):
 
 
 def _gloo_measure(rank, world_size, mode, local_batch, size, epochs, seed, max_imbalance):
-    from adloader.client.locality import LocalityBatches
+    from adloader.client.data.locality import LocalityBatches
 
     batches = LocalityBatches(SyntheticImages(size), local_batch, mode=mode, seed=seed,
                               max_imbalance=max_imbalance)

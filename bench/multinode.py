@@ -26,7 +26,7 @@ import json, os, sys, time
 import torch.distributed as dist
 dist.init_process_group("gloo")
 from adloader.client import attach
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 
 out = sys.argv[1]
 loader = ElasticDataLoader(list(range(960)), batch_size=8, shuffle=True, seed=5)
@@ -51,7 +51,7 @@ dist.destroy_process_group()
 SECOND_JOB = """
 import time
 from adloader.client import attach
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 loader = ElasticDataLoader(list(range(100000)), batch_size=4)
 job = attach(loader, model="Resnet18", iterations=100000)
 for i, batch in enumerate(loader):

@@ -46,10 +46,10 @@ def job_main(argv: list[str]) -> None:
     """One job: ``folder seed mode dataset cache_bytes epochs link out``."""
     folder, seed, mode, dataset, cache_bytes, epochs, link, out = argv
     seed, cache_bytes, epochs = int(seed), int(cache_bytes), int(epochs)
-    from adloader.client.cache_store import SharedSampleCache
-    from adloader.client.cached_dataset import CachedDataset
-    from adloader.client.loader import ElasticDataLoader
-    from adloader.client.storage import LocalDirectorySource, RemoteStorageSource
+    from adloader.client.data.cache_store import SharedSampleCache
+    from adloader.client.data.cached_dataset import CachedDataset
+    from adloader.client.data.storage import LocalDirectorySource, RemoteStorageSource
+    from adloader.client.loader.loader import ElasticDataLoader
     from adloader.datapath.online_cache import AccessPlan
 
     source = RemoteStorageSource(LocalDirectorySource(folder), BANDWIDTH_MB_S, LATENCY_MS,
@@ -97,7 +97,7 @@ def _data(root: Path, sizes: dict) -> dict[str, Path]:
 def _run(mode: str, data: dict, work: Path, cache_bytes: int, epochs: int) -> dict:
     from adloader import env as names
     from adloader import rest
-    from adloader.client.storage import LocalDirectorySource, RemoteStorageSource
+    from adloader.client.data.storage import LocalDirectorySource, RemoteStorageSource
     from adloader.remote.process import DaemonProcess
 
     link = work / "link"

@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from adloader.bench import loader_faults as faults
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.datapath.sample_order import rank_order
 from adloader.errors import InputError
 from adloader.workloads.dataset import SyntheticJPEGDataset

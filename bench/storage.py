@@ -28,11 +28,11 @@ import psutil
 import torch
 from PIL import Image
 
-from adloader.client.cache_store import SharedSampleCache
-from adloader.client.cached_dataset import CachedDataset
-from adloader.client.loader import ElasticDataLoader
-from adloader.client.prefetch import Prefetcher, StagingBuffer
-from adloader.client.storage import LocalDirectorySource, RemoteStorageSource
+from adloader.client.data.cache_store import SharedSampleCache
+from adloader.client.data.cached_dataset import CachedDataset
+from adloader.client.data.prefetch import Prefetcher, StagingBuffer
+from adloader.client.data.storage import LocalDirectorySource, RemoteStorageSource
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.datapath.online_cache import AccessPlan
 from adloader.errors import InputError
 from adloader.workloads.dataset import MEAN, STD, ensure_images, random_resized_crop

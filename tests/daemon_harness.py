@@ -158,7 +158,7 @@ def script(tmp_path: Path, name: str, body: str) -> list[str]:
 ATTACHED_LOOP = """
 import os, sys, time
 from adloader.client import attach
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 loader = ElasticDataLoader(list(range(100000)), batch_size=4, num_workers=0)
 job = attach(loader, model="smResnet20", batch_size=4, iterations=100000)
 print("attached", flush=True)

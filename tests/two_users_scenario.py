@@ -263,7 +263,7 @@ ROLES = {"hostile": hostile, "outsider": outsider, "same-user": same_user}
 TRAIN = """
 import os, sys, time
 from adloader.client import attach
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 loader = ElasticDataLoader(list(range(100000)), batch_size=4, num_workers=0)
 job = attach(loader, model="smResnet20", batch_size=4, iterations=100000)
 print("attached", flush=True)
@@ -370,7 +370,7 @@ class Scenario:
             raise Skip(f"cannot make the interpreter reachable for other users: {why}") from None
         for uid in (DAEMON, TENANT, HOSTILE, OUTSIDER):
             self.home(uid, 0o755 if uid == DAEMON else 0o700)
-        probe = [PY, "-c", "import adloader.daemon.control.broker, adloader.client.attach, zmq"]
+        probe = [PY, "-c", "import adloader.daemon.control.broker, adloader.client.master.attach, zmq"]
         try:
             done = subprocess.run(probe, user=OUTSIDER, group=OUTSIDER, extra_groups=[],
                                   env=self.env(OUTSIDER), cwd="/", capture_output=True,

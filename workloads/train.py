@@ -34,7 +34,7 @@ import torch
 
 from adloader import env as names
 from adloader.client import attach
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
 from adloader.host.atomic import atomic_path

@@ -258,9 +258,9 @@ def _Server(config):  # noqa: N802 (a class made on demand: uvicorn is imported 
 
 
 def _run(args) -> int:
-    """Start COMMAND as a job of the running daemon (``client.run``): it registers itself
+    """Start COMMAND as a job of the running daemon (``client.master.run``): it registers itself
     through attach(), and ``run`` reports its exit status and exits with it."""
-    from adloader.client.run import run
+    from adloader.client.master.run import run
 
     config = load_config(args.config)
     command = args.command[1:] if args.command and args.command[0] == "--" else args.command

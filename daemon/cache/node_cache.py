@@ -1,7 +1,7 @@
 """The node cache, the daemon's side: memory C split among datasets, live.
 
 Jobs that register with a ``DataSpec`` share one segment per dataset (same name, same size:
-``client.node_cache``). The daemon makes the segment (room up to C or the whole dataset,
+``client.data.node_cache``). The daemon makes the segment (room up to C or the whole dataset,
 untouched pages cost nothing), hands its name back in the Allocation, and divides C among the
 datasets the way it divides workers: maximise Σ_d h_d(c_d), Σ_d c_d ≤ C
 (``adloader.datapath.cache_arbiter.allocate_dp``, exact on the grid), h_d predicted by Belady's MIN

@@ -1,6 +1,6 @@
 """A Slurm name checked against the kernel: ``slurm-JOBID[.STEP]`` is only Slurm's to give.
 
-A job started by hand takes its name from its launcher (``client/launcher_name.py``): under
+A job started by hand takes its name from its launcher (``client/master/launcher_name.py``): under
 Slurm ``slurm-1234.0``, the same on every node, which operators and cluster schedulers group
 a job's parts by. Anyone can set ``SLURM_JOB_ID`` or ``ADLOADER_NAME``, so the name alone
 proves nothing. With ``TaskPlugin=task/cgroup`` and ``ProctrackType=proctrack/cgroup`` (the

@@ -1,4 +1,4 @@
-"""Batches collated into shared-memory segments the workers reuse (client/batch_segments.py):
+"""Batches collated into shared-memory segments the workers reuse (client/loader/batch_segments.py):
 reused while the loop lets go of each batch, never written again while anything in the
 trainer can read it, torch's own path wherever the batch is not the default collate's."""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from adloader.client import batch_segments
-from adloader.client.batch_segments import TAIL, SegmentCollate
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader import batch_segments
+from adloader.client.loader.batch_segments import TAIL, SegmentCollate
+from adloader.client.loader.loader import ElasticDataLoader
 
 SHAPE = (3, 64, 64)  # float32: 48 KiB a sample, 3 MiB a batch of 64 (over MIN_BYTES)
 BATCH = 64

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from adloader.client.cache_store import SharedSampleCache
+from adloader.client.data.cache_store import SharedSampleCache
 from adloader.datapath.access_stream import access_stream, node_sequence
 from adloader.datapath.cache_policies import evaluate
 from adloader.datapath.online_cache import AccessPlan

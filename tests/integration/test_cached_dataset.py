@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch.utils.data import get_worker_info
 
-from adloader.client.cache_store import SharedSampleCache
-from adloader.client.cached_dataset import CachedDataset
-from adloader.client.loader import ElasticDataLoader
-from adloader.client.prefetch import Prefetcher
-from adloader.client.storage import LocalDirectorySource, RemoteStorageSource, SampleReadError
+from adloader.client.data.cache_store import SharedSampleCache
+from adloader.client.data.cached_dataset import CachedDataset
+from adloader.client.data.prefetch import Prefetcher
+from adloader.client.data.storage import LocalDirectorySource, RemoteStorageSource, SampleReadError
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.datapath.online_cache import AccessPlan
 
 SIZE = 24

@@ -282,7 +282,7 @@ HAND_STARTED = """
 import os, subprocess, sys, time
 os.sched_setaffinity(0, {{0}})  # all of the job on the CPU they contend for
 from adloader.client import attach
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 loader = ElasticDataLoader(list(range(10**6)), batch_size=4, num_workers=0)
 job = attach(loader, model="smResnet20", batch_size=4, iterations=10**6)
 time.sleep(0.5)  # registered: what it starts now starts in its group

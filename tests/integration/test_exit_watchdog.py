@@ -1,5 +1,5 @@
 """A job whose interpreter cannot finish after Ctrl-C or an error still ends, with the
-right status, and its stderr says where it was stuck (client/exit_watchdog.py)."""
+right status, and its stderr says where it was stuck (client/master/exit_watchdog.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 
 STUCK = """
 import os, sys, threading, time
-from adloader.client import attach, exit_watchdog
-from adloader.client.loader import ElasticDataLoader
+from adloader.client import attach
+from adloader.client.master import exit_watchdog
+from adloader.client.loader.loader import ElasticDataLoader
 
 exit_watchdog.GRACE_S = 1.0
 def stuck_forever():

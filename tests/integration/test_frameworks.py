@@ -201,7 +201,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import Dataset, SequentialSampler, Subset
 from adloader import ElasticDataLoader
-from adloader.client.accelerate import ElasticAccelerator
+from adloader.client.integrations.accelerate import ElasticAccelerator
 from adloader.errors import InputError
 
 out, phase, save_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -315,7 +315,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import TensorDataset
 from adloader import ElasticDataLoader
-from adloader.client.accelerate import ElasticAccelerator, prepare_loader
+from adloader.client.integrations.accelerate import ElasticAccelerator, prepare_loader
 from adloader.errors import InputError
 
 class OnMeta(ElasticAccelerator):  # a device no batch is on: placement shows
@@ -373,7 +373,7 @@ import json, shutil, sys
 import torch
 from torch.utils.data import Dataset
 from transformers import TrainerCallback, TrainingArguments
-from adloader.client.hf_trainer import ElasticTrainer
+from adloader.client.integrations.hf_trainer import ElasticTrainer
 
 out, crash_at, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "resume"
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
-from adloader.client.elastic_sampler import BatchWindow, Lookahead
-from adloader.client.loader import BatchStats, ElasticDataLoader
+from adloader.client.loader.elastic_sampler import BatchWindow, Lookahead
+from adloader.client.loader.loader import BatchStats, ElasticDataLoader
 from adloader.datapath.sample_order import rank_order
 from adloader.errors import InputError
 

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from adloader import ElasticDataLoader
-from adloader.client.stream import ShardedStream
+from adloader.client.loader.stream import ShardedStream
 
 
 class Numbers(Dataset):

@@ -15,8 +15,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from adloader.client.loader import ElasticDataLoader
-from adloader.client.locality import ExchangeError, LocalityBatches
+from adloader.client.data.locality import ExchangeError, LocalityBatches
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.datapath.locality_batch import global_batches, plan_step
 from adloader.errors import InputError
 from adloader.workloads.ranks import spawn_gloo

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from adloader.client import JobMaster, attach
-from adloader.client.checkpoint import load_checkpoint, save_checkpoint
+from adloader.client.master.checkpoint import load_checkpoint, save_checkpoint
 from adloader.daemon.control.broker import Broker
 from adloader.errors import InputError
 from adloader.protocol import (
@@ -455,14 +455,14 @@ def test_two_ranks_apply_the_same_command_at_the_same_iteration(daemon, tmp_path
 
 
 def test_jobmaster_is_exported():
-    assert JobMaster.__module__ == "adloader.client.master"
+    assert JobMaster.__module__ == "adloader.client.master.master"
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_real_elastic_loader_resized_paused_and_resumed_loses_nothing(daemon, lines, tmp_path):
     from torch.utils.data import TensorDataset
 
-    from adloader.client.loader import ElasticDataLoader
+    from adloader.client.loader.loader import ElasticDataLoader
 
     loader = ElasticDataLoader(TensorDataset(torch.arange(120)), batch_size=4, shuffle=True,
                                num_workers=0, seed=3)
@@ -500,7 +500,7 @@ def test_a_pod_whose_node_has_no_daemon_trains_as_a_plain_loader(tmp_path):
     import sys
 
     body = ("from adloader.client import attach\n"
-            "from adloader.client.loader import ElasticDataLoader\n"
+            "from adloader.client.loader.loader import ElasticDataLoader\n"
             "loader = ElasticDataLoader(list(range(64)), batch_size=8)\n"
             "job = attach(loader, model='Resnet18')\n"
             "assert not job.wait_connected()  # the connect timeout passes: no daemon\n"

@@ -1,4 +1,4 @@
-"""The node cache (client/node_cache.py): one segment per dataset, shared by the jobs that
+"""The node cache (client/data/node_cache.py): one segment per dataset, shared by the jobs that
 read it, sized by the daemon's limit — with real processes attaching by name."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from adloader.client.node_cache import NodeCache
+from adloader.client.data.node_cache import NodeCache
 from adloader.datapath.access_stream import access_stream
 from adloader.datapath.online_cache import AccessPlan
 from adloader.errors import InputError
@@ -122,9 +122,9 @@ SHARED_JOB = """
 import json, os, sys
 import numpy as np
 from adloader.client import attach
-from adloader.client.cached_dataset import CachedDataset
-from adloader.client.loader import ElasticDataLoader
-from adloader.client.storage import LocalDirectorySource
+from adloader.client.data.cached_dataset import CachedDataset
+from adloader.client.loader.loader import ElasticDataLoader
+from adloader.client.data.storage import LocalDirectorySource
 
 source = LocalDirectorySource(sys.argv[1])
 dataset = CachedDataset(lambda raw, i: np.frombuffer(raw, dtype=np.uint8)[:4].copy(), source)

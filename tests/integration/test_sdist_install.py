@@ -153,5 +153,5 @@ def test_the_installed_exports_are_typed_for_a_type_checker(installed):
     revealed = [line.split("Revealed type is ", 1)[1] for line in done.stdout.splitlines()
                 if "Revealed type is" in line]
     assert len(revealed) == 2, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "adloader.client.loader.ElasticDataLoader" in revealed[0]
-    assert "-> adloader.client.master.JobMaster" in revealed[1]
+    assert "adloader.client.loader.loader.ElasticDataLoader" in revealed[0]
+    assert "-> adloader.client.master.master.JobMaster" in revealed[1]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from adloader.client.storage import LocalDirectorySource, RemoteStorageSource, SampleReadError
+from adloader.client.data.storage import LocalDirectorySource, RemoteStorageSource, SampleReadError
 from adloader.errors import InputError
 
 CTX = multiprocessing.get_context("fork")

@@ -15,7 +15,7 @@ import pytest
 from daemon_harness import Daemon, RawMaster, attached_script, script, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.errors import InputError
 from adloader.protocol import Finish, Heartbeat, Paused, Register
 

@@ -152,10 +152,10 @@ def test_cancel_reaches_a_run_job_and_run_exits_with_its_status(daemon, tmp_path
 
 def _no_hang(output: str, what: str) -> None:
     """A job that hung after its Ctrl-C or error was ended by its exit watchdog
-    (client/exit_watchdog.py): the status is still right, so only warn, with the stacks.
+    (client/master/exit_watchdog.py): the status is still right, so only warn, with the stacks.
     (It hung twice in the full CI order at stop 16 and never alone; this is how to see
     where, should it come back.)"""
-    from adloader.client.exit_watchdog import MARK
+    from adloader.client.master.exit_watchdog import MARK
 
     if MARK in output:
         import warnings

@@ -71,7 +71,7 @@ JOBS = (("a", "recorded-job-a", "recorded-token-a", 200, 0.02),
 JOB_SCRIPT = """
 import os, sys, time
 from adloader.client import attach
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 iterations, step_s, go = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 deadline = time.monotonic() + 60
 while go != "-" and not os.path.exists(go):  # imported: arrive when the recorder says

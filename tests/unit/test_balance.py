@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
 from adloader.datapath.access_stream import access_stream
 from adloader.datapath.locality_batch import (
     even_targets,

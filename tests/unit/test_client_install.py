@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DAEMON_ONLY = ("fastapi", "uvicorn", "starlette", "sklearn", "scipy", "matplotlib", "PIL",
                "rich", "httpx", "prometheus_client")
 PROBE = ("import sys\n"
-         "import adloader.client, adloader.client.run\n"
+         "import adloader.client, adloader.client.master.run\n"
          "from adloader import ElasticDataLoader, JobCancelled, PathTable, ShardedStream, attach\n"
          "print(','.join(m for m in {mods!r} if m in sys.modules))\n")
 
@@ -31,13 +31,14 @@ def _probe(code: str) -> str:
 
 
 def test_attach_is_the_function_whatever_was_imported_first():
-    """``adloader.client.attach`` is both a submodule and the function it defines: the
-    package binds the function, so ``from adloader.client import attach`` gets it after
-    ``from adloader import attach`` (which imports the submodule) as before it."""
+    """``adloader.client.attach`` is the function, not its module
+    (``adloader.client.master.attach``): the package binds it, so ``from adloader.client import
+    attach`` gets it after ``from adloader import attach`` (which imports the module) as before
+    it."""
     probe = ("from adloader import attach as a\n"
              "from adloader.client import attach as b\n"
              "import sys, importlib\n"
-             "mod = importlib.import_module('adloader.client.attach')\n"
+             "mod = importlib.import_module('adloader.client.master.attach')\n"
              "from adloader.client import attach as c\n"
              "print(a is b is c is mod.attach is sys.modules['adloader.client'].attach, "
              "callable(c))\n")
@@ -68,8 +69,8 @@ class Absent(importlib.abc.MetaPathFinder):  # an install without the daemon ext
 sys.meta_path.insert(0, Absent())
 import adloader.client, adloader.models
 for pkg in (adloader.client, adloader.models):
-    for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
-        if info.name == "adloader.client.hf_trainer":
+    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):  # sub-packages too
+        if info.name == "adloader.client.integrations.hf_trainer":
             continue  # the Hugging Face Trainer's: transformers brings its own httpx
         importlib.import_module(info.name)
 from adloader.cli import main

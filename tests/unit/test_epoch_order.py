@@ -231,7 +231,7 @@ def test_access_stream_takes_an_explicit_order_and_refuses_bad_options():
 
 def test_the_loader_reads_the_planned_order():
     torch = pytest.importorskip("torch")
-    from adloader.client.loader import ElasticDataLoader
+    from adloader.client.loader.loader import ElasticDataLoader
 
     data = torch.arange(90)
     plan = plan_epoch_order(3, 4, 90, 30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.client.launcher_name import launcher_name
+from adloader.client.master.launcher_name import launcher_name
 
 
 @pytest.mark.parametrize(("environ", "name"), [
@@ -24,7 +24,7 @@ def test_the_launchers_name_for_a_job(environ, name):
 
 
 def test_a_job_started_by_hand_is_named_by_its_launcher(monkeypatch):
-    from adloader.client.launcher_name import job_name as _job_name
+    from adloader.client.master.launcher_name import job_name as _job_name
     from adloader.protocol import JobFeatures
 
     feats = JobFeatures(model="Resnet18", batch_size=8, gpus=1, flops_g=1.0, params_m=1.0)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from adloader.client.master import JobCancelled, JobMaster
+from adloader.client.master.master import JobCancelled, JobMaster
 from adloader.protocol import Resize
 
 BATCH = SimpleNamespace(step_s=0.01, wait_s=0.0, samples=4, workers=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.client.node_ranks import _rank_world, topology
+from adloader.client.master.node_ranks import _rank_world, topology
 
 TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 SLURM = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",

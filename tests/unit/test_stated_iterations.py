@@ -2,7 +2,7 @@
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from adloader.client.attach import stated_iterations
+from adloader.client.master.attach import stated_iterations
 from adloader.limits import MAX_ITERATIONS
 
 

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DistributedSampler, IterableDataset
 
-from adloader.client.accelerated_loader import AcceleratedLoader
-from adloader.client.loader import ElasticDataLoader
-from adloader.client.loader_contract import RankSequence, RankShuffle
+from adloader.client.integrations.accelerated_loader import AcceleratedLoader
+from adloader.client.loader.loader import ElasticDataLoader
+from adloader.client.loader.loader_contract import RankSequence, RankShuffle
 from adloader.errors import InputError
 
 if TYPE_CHECKING:  # what type checkers see; at run time ``__getattr__`` below

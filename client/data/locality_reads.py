@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from adloader.client.loader import BatchStats, ElasticDataLoader
+from adloader.client.loader.loader import BatchStats, ElasticDataLoader
 
 
 class StepReads:

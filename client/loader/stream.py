@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
-from adloader.client.pool_iter import QuietLoader
+from adloader.client.loader.pool_iter import QuietLoader
 
 if TYPE_CHECKING:
-    from adloader.client.loader import ElasticDataLoader
+    from adloader.client.loader.loader import ElasticDataLoader
 
 
 class ShardedStream(IterableDataset):

@@ -25,12 +25,12 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
-from adloader.client.loader_args import check_context
+from adloader.client.loader.loader_args import check_context
 from adloader.datapath.epoch_order import source_epoch
 from adloader.datapath.sample_order import rank_order, samples_per_rank
 
 if TYPE_CHECKING:
-    from adloader.client.loader import ElasticDataLoader
+    from adloader.client.loader.loader import ElasticDataLoader
 
 
 def rank_units(loader: ElasticDataLoader, epoch: int) -> list[int]:

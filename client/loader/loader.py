@@ -3,9 +3,10 @@
 It takes torch's arguments and checks them as torch does, yields the same batches (with no
 ``seed=``, the same shuffle for the same ``torch.manual_seed`` or ``generator``), and raises a
 sample's error for its batch and goes on. ``resize(n)`` moves to n workers at the next batch
-boundary with nothing lost, repeated or reordered (``adloader.client.epoch``); a dead worker is
-replaced and its batches re-read. An ``IterableDataset`` runs as torch runs it and resizes at
-its next epoch, or at the next shard of a ``ShardedStream`` (``adloader.client.stream``).
+boundary with nothing lost, repeated or reordered (``adloader.client.loader.epoch``); a dead
+worker is replaced and its batches re-read. An ``IterableDataset`` runs as torch runs it and
+resizes at its next epoch, or at the next shard of a ``ShardedStream``
+(``adloader.client.loader.stream``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 from torch.utils.data.dataloader import _DatasetKind
 from torch.utils.data.datapipes.datapipe import IterDataPipe
 
-from adloader.client import stream
-from adloader.client.batch_segments import SegmentCollate
-from adloader.client.elastic_sampler import (
+from adloader.client.loader import stream
+from adloader.client.loader.batch_segments import SegmentCollate
+from adloader.client.loader.elastic_sampler import (
     BatchWindow,
     InlineFetch,
     Lookahead,
@@ -35,10 +36,10 @@ from adloader.client.elastic_sampler import (
     shutdown,
     shutdown_later,
 )
-from adloader.client.epoch import BatchStats, EpochIterator
-from adloader.client.loader_args import check_arguments, check_elastic
-from adloader.client.loader_contract import DataLoaderContract, rank_units
-from adloader.client.pool_iter import PoolLoader
+from adloader.client.loader.epoch import BatchStats, EpochIterator
+from adloader.client.loader.loader_args import check_arguments, check_elastic
+from adloader.client.loader.loader_contract import DataLoaderContract, rank_units
+from adloader.client.loader.pool_iter import PoolLoader
 from adloader.datapath.sample_order import samples_per_rank
 from adloader.errors import InputError
 from adloader.limits import MAX_WORKERS

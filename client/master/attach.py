@@ -1,5 +1,5 @@
 """``attach(loader, model=...)``: the two-line change that puts a training script under the
-node daemon (A-Dloader §III-C's application master, ``client.master.JobMaster``).
+node daemon (A-Dloader §III-C's application master, ``client.master.master.JobMaster``).
 
 It reads the job contract from the environment (``adloader.env``: endpoint, job id, the
 job's token, initial workers, supervisor), works out the job's features for the TPM (from
@@ -205,7 +205,7 @@ def attach(loader=None, *, model=None, features: JobFeatures | None = None,
                          "predict its throughput")
     data = on_cache = None
     if share_cache and endpoint and rank == 0:
-        from .node_cache import data_spec, grant_handler
+        from adloader.client.data.node_cache import data_spec, grant_handler
 
         data = data_spec(loader, share_cache, epochs, iterations)
         on_cache = grant_handler(loader, data.epochs, log)

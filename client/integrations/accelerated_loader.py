@@ -8,8 +8,8 @@ Accelerate's active dataloader while it runs, and says on the last batch of the 
 epoch ends (``end_of_dataloader``, which ``accelerator.accumulate`` syncs gradients on) and
 how many of the last batches' samples are real (``remainder``, which ``gather_for_metrics``
 trims to). Sharding is the loader's own: every rank reads its share of one seeded shuffle;
-``adloader.client.accelerate`` checks that the loader's ranks are the accelerator's, and
-carries each rank's position in ``save_state``.
+``adloader.client.integrations.accelerate`` checks that the loader's ranks are the
+accelerator's, and carries each rank's position in ``save_state``.
 
 Importing this module does not import ``accelerate``; a prepared loader's first pass does.
 """
@@ -22,8 +22,8 @@ from typing import Any, cast
 import torch
 from torch.utils.data import IterableDataset
 
-from adloader.client.epoch import EpochIterator
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.epoch import EpochIterator
+from adloader.client.loader.loader import ElasticDataLoader
 
 __all__ = ["AcceleratedLoader"]
 

@@ -24,7 +24,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from adloader.client.cache_store import SOURCES, SharedSampleCache
+from adloader.client.data.cache_store import SOURCES, SharedSampleCache
 from adloader.datapath.online_cache import NEVER, UNKNOWN, Access, AccessPlan, OnlinePolicy
 from adloader.errors import InputError
 from adloader.host.node_segment import FIELDS

@@ -26,16 +26,16 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from adloader.client.elastic_sampler import (
+from adloader.client.loader.elastic_sampler import (
     BatchWindow,
     WindowPool,
     shutdown,
     shutdown_later,
 )
-from adloader.client.pool_iter import WorkerDied
+from adloader.client.loader.pool_iter import WorkerDied
 
 if TYPE_CHECKING:
-    from adloader.client.loader import ElasticDataLoader
+    from adloader.client.loader.loader import ElasticDataLoader
 
 MAX_DEATHS = 3  # deaths in a row, with no batch delivered between, that end the epoch
 

@@ -25,8 +25,8 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from adloader import env as names
-from adloader.client.attach import attach
-from adloader.client.loader import ElasticDataLoader
+from adloader.client.loader.loader import ElasticDataLoader
+from adloader.client.master.attach import attach
 
 __all__ = ["ElasticTrainer"]
 

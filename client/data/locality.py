@@ -18,7 +18,7 @@ mid-exchange costs at most ``timeout`` seconds: its samples are read from storag
 
 With ``num_workers`` > 0 the planned storage reads go through ``loader``, an
 ``ElasticDataLoader`` whose worker pool the application master resizes live
-(``client.locality_reads``); the exchange stays in the training process::
+(``client.data.locality_reads``); the exchange stays in the training process::
 
     batches = LocalityBatches(dataset, 128, mode="locality", num_workers=2)
     attach(batches.loader, model="resnet18", batch_size=128)
@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import default_collate
 
-from adloader.client.locality_reads import own, reads_loader
+from adloader.client.data.locality_reads import own, reads_loader
 from adloader.datapath.locality_batch import StepPlan, global_batches
 from adloader.datapath.locality_modes import get_mode
 from adloader.datapath.sample_order import samples_per_rank

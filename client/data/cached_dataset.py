@@ -25,8 +25,8 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from adloader.client.cache_store import SharedSampleCache
-from adloader.client.prefetch import Prefetcher
+from adloader.client.data.cache_store import SharedSampleCache
+from adloader.client.data.prefetch import Prefetcher
 
 Decode = Callable[[bytes, int], Any]
 

@@ -21,7 +21,7 @@ PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
 
 
 class PauseMixin:
-    """``_pause``, ``_checkpoint`` and ``resume_from`` of ``client.master.JobMaster``."""
+    """``_pause``, ``_checkpoint`` and ``resume_from`` of ``client.master.master.JobMaster``."""
 
     def _pause(self, command: Pause) -> None:
         """Release the workers, checkpoint if asked, say Paused; wait for Resume if new."""

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils import signal_handling
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
-from adloader.client.batch_segments import SegmentCollate
+from adloader.client.loader.batch_segments import SegmentCollate
 
 CHECK_S = 0.1  # how often a waiting pool looks at its workers
 DEATH_WAIT_S = 2.0  # how long a broken receive waits to see which worker died
