@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from adloader.scheduling import loops  # compiled where built, else the Python twins
+from adloader.scheduling import loops  # compiled where built, else as plain Python
 from adloader.scheduling.priority_plan import Rows, linear_rows, priority_plan
 from adloader.sim import synth
 from adloader.sim.device_profile import load_profile
