@@ -1,8 +1,8 @@
 """The compiled modules, built on install where they can be: the loops of ``ftf`` and ``jct``
-(adloader/scheduling/*_kernel.pyx). Optional: without Cython the C files Cython made (an
-sdist carries them) are compiled; without a compiler, or when a build fails, the install goes
-on without them and ``adloader.scheduling.loops`` runs their exact Python twins. Everything
-else is in pyproject.toml."""
+(adloader/scheduling/*_kernel.py, Cython's pure-Python mode). Optional: without Cython the C
+files Cython made (an sdist carries them where they were made) are compiled; without a
+compiler, or when a build fails, the install goes on without them and the same modules run
+as plain Python (the same plans, slower). Everything else is in pyproject.toml."""
 
 from pathlib import Path
 
@@ -11,20 +11,20 @@ from setuptools.command.build_ext import build_ext
 
 KERNELS = ("ftf_kernel", "jct_kernel")
 HERE = Path(__file__).resolve().parent
-SKIPPED = ("adloader: the compiled loops ({name}) were not built ({why}); adloader runs their "
-           "exact Python twins (adloader.scheduling.ftf_loops, jct_loops) instead")
+SKIPPED = ("adloader: the compiled loops ({name}) were not built ({why}); adloader runs the "
+           "same modules as plain Python instead (the same plans, slower)")
 
 
 def _extensions() -> list[Extension]:
-    """Each kernel from its .pyx with Cython, else from the C file beside it, else none."""
+    """Each kernel from its .py with Cython, else from the C file beside it, else none."""
     try:
         from Cython.Build import cythonize
     except ImportError:
         cythonize = None
-    pyx = [f"adloader/scheduling/{k}.pyx" for k in KERNELS]
-    if cythonize is not None and all((HERE / p).exists() for p in pyx):
+    sources = [f"adloader/scheduling/{k}.py" for k in KERNELS]
+    if cythonize is not None:
         return cythonize([Extension(f"adloader.scheduling.{k}", [p])
-                          for k, p in zip(KERNELS, pyx, strict=True)])
+                          for k, p in zip(KERNELS, sources, strict=True)])
     found = [k for k in KERNELS if (HERE / f"adloader/scheduling/{k}.c").exists()]
     if len(found) < len(KERNELS):
         print(SKIPPED.format(name=", ".join(KERNELS), why="no Cython and no C files"))

@@ -2,10 +2,10 @@
 
 - **Per planner decision**: the simulator runs the bundled traces and generated mixes
   (20 jobs each, seeds from 1000) under ``ftf`` (the default policy) once with the compiled
-  loops and once with their Python twins (``adloader.scheduling.loops.use``), timing every
-  call of the planner — a whole decision: ``ftf`` three times with the GPU shares its plans
-  leave, and balance's shadow. The two runs must make the same decisions (their event logs
-  equal), or the bench fails.
+  loops and once with their source run as plain Python (``adloader.scheduling.loops.use``),
+  timing every call of the planner — a whole decision: ``ftf`` three times with the GPU
+  shares its plans leave, and balance's shadow. The two runs must make the same decisions
+  (their event logs equal), or the bench fails.
 - **The client's import**: ``from adloader import ElasticDataLoader`` alone, then with
   ``import adloader.client`` and ``attach`` (the master: pydantic messages, ZeroMQ), timed in
   a fresh interpreter right after ``import torch`` (the baseline: a training script imports

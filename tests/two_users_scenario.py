@@ -370,7 +370,8 @@ class Scenario:
             raise Skip(f"cannot make the interpreter reachable for other users: {why}") from None
         for uid in (DAEMON, TENANT, HOSTILE, OUTSIDER):
             self.home(uid, 0o755 if uid == DAEMON else 0o700)
-        probe = [PY, "-c", "import adloader.daemon.control.broker, adloader.client.master.attach, zmq"]
+        probe = [PY, "-c",
+                 "import adloader.daemon.control.broker, adloader.client.master.attach, zmq"]
         try:
             done = subprocess.run(probe, user=OUTSIDER, group=OUTSIDER, extra_groups=[],
                                   env=self.env(OUTSIDER), cwd="/", capture_output=True,

@@ -1,8 +1,8 @@
 """The sdist installs where no C compiler can run: built from the tree's files, installed into a
 fresh virtual environment with ``CC`` pointing at a program that fails, it imports the client
-and makes an ``ftf`` decision with the Python loops — the same decision as the compiled ones
-here. A binary wheel would prove nothing, so it is the sdist (a wheel is built beside it, with this
-machine's compiler: it carries the compiled loops).
+and makes an ``ftf`` decision with the loops' source run as plain Python — the same decision
+as the compiled loops here. A binary wheel would prove nothing, so it is the sdist (a wheel is
+built beside it, with this machine's compiler: it carries the compiled loops).
 
 The environment sees the system's packages (torch is not downloaded again), but what it
 imports of adloader must be the sdist's own, checked. Skipped where it cannot be built
@@ -41,7 +41,9 @@ case = json.loads({case!r})
 jobs = [JobDemand(f"j{{i}}", m, remaining=r)
         for i, (m, r) in enumerate(zip(case["mu"], case["left"]))]
 plan = get_policy("ftf")(jobs, case["capacity"], np.array(case["table"]))
+from adloader.scheduling import ftf_kernel
 print(json.dumps({{"file": adloader.__file__, "loops": loops.plan.__module__,
+                  "kernel": ftf_kernel.__file__,
                   "built": loops.BUILT, "client_loaded": loaded, "plan": plan,
                   "requires": requires("adloader")}}))
 """
@@ -84,11 +86,14 @@ def installed(tmp_path_factory):
         carried = whl.namelist()
     if shutil.which(os.environ.get("CC", "cc")):
         assert sum(n.endswith(".so") and "_kernel" in n for n in carried) == 2, carried
+    # the loops' source beside their build: ``loops.plain`` runs it uncompiled
+    assert {"adloader/scheduling/ftf_kernel.py", "adloader/scheduling/jct_kernel.py"} <= set(
+        carried)
     assert not any(n.endswith(".c") for n in carried), "the wheel carries the built loops only"
     with tarfile.open(sdist) as tar:
         names = tar.getnames()
     assert not any(n.endswith(".so") for n in names), "an sdist carries no binary"
-    assert any(n.endswith("scheduling/ftf_kernel.pyx") for n in names)
+    assert any(n.endswith("scheduling/ftf_kernel.py") for n in names)
     env_dir = work / "venv"
     made = run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)])
     if made.returncode != 0:
@@ -117,7 +122,8 @@ def test_the_sdist_installs_with_no_compiler_and_runs_the_python_loops(installed
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(seen["file"]).resolve().is_relative_to(site.resolve()), seen["file"]
-    assert seen["loops"] == "adloader.scheduling.ftf_loops" and not seen["built"]
+    assert seen["kernel"].endswith("ftf_kernel.py"), seen["kernel"]  # its source, uncompiled
+    assert seen["loops"] == "adloader.scheduling.ftf_kernel" and not seen["built"]
     assert seen["client_loaded"] == []
     plain = {r.split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip()
              for r in seen["requires"] if "extra ==" not in r}

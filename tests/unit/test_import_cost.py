@@ -38,7 +38,8 @@ def test_parsing_and_client_commands_load_nothing_heavy(argv):
 
 
 def test_the_daemon_and_the_in_job_library_import_no_torch_for_their_protocol():
-    code = ("import sys, adloader.daemon.node, adloader.daemon.api.app, adloader.client.master.attach; "
+    code = ("import sys, adloader.daemon.node, adloader.daemon.api.app, "
+            "adloader.client.master.attach; "
             f"print([m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout

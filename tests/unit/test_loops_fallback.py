@@ -1,9 +1,11 @@
-"""The Python loops (``ftf_loops``, ``jct_loops``) are the compiled ones' exact twins: the same
-plans, forward runs, balance runs and ``jct`` plans on random cases, bit for bit; and an
-install without the compiled modules imports and uses them."""
+"""The loops' one source (``ftf_kernel``, ``jct_kernel``) run as plain Python gives what its
+compiled build gives: the same plans, forward runs, balance runs and ``jct`` plans on random
+cases, bit for bit; and an install without the compiled modules, or without Cython at all,
+imports the same modules and runs them as plain Python."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -12,15 +14,14 @@ import pytest
 from test_priority_plan import rooted as _rooted  # concave rows, not linear
 from test_priority_plan import staged as _staged  # the staged TPM's rows, linear in d
 
-from adloader.scheduling import ftf_loops, jct_loops, loops
+from adloader.scheduling import ftf_kernel, jct_kernel, loops
 from adloader.scheduling.allocation import JobDemand
 from adloader.scheduling.policies import get_policy
 from adloader.scheduling.priority_plan import linear_rows
 
-ftf_kernel = pytest.importorskip("adloader.scheduling.ftf_kernel",
-                                 reason="the compiled loops are not built here")
-jct_kernel = pytest.importorskip("adloader.scheduling.jct_kernel",
-                                 reason="the compiled loops are not built here")
+if not loops.BUILT:
+    pytest.skip("the compiled loops are not built here", allow_module_level=True)
+ftf_plain, jct_plain = loops.plain(ftf_kernel), loops.plain(jct_kernel)  # the same, uncompiled
 
 
 def _bumpy(rng, capacity: int) -> np.ndarray:
@@ -63,30 +64,30 @@ def _same(x, y) -> None:
 
 
 @pytest.mark.parametrize("seed", range(90))
-def test_ftf_loops_are_the_compiled_ones(seed):
+def test_ftf_kernel_as_plain_python_is_its_build(seed):
     rng, table, capacity, mu, remaining, linear, a, g = _case(seed)
     for rho in (0.99, 0.5, 0.05):
         _same(ftf_kernel.plan(mu, rho, table, capacity, linear, a, g),
-              ftf_loops.plan(mu, rho, table, capacity, linear, a, g))
+              ftf_plain.plan(mu, rho, table, capacity, linear, a, g))
         if linear:  # the concave way on linear rows too (exact on them as well)
             _same(ftf_kernel.plan(mu, rho, table, capacity, False, a, g),
-                  ftf_loops.plan(mu, rho, table, capacity, False, a, g))
+                  ftf_plain.plan(mu, rho, table, capacity, False, a, g))
         order = rng.permutation(len(mu)).astype(np.int64)
         for window in (0.0, float(rng.uniform(1, 30))):
             for x, y in zip(ftf_kernel.forward(mu, remaining, table, capacity, order, window,
                                                rho, linear, a, g),
-                            ftf_loops.forward(mu, remaining, table, capacity, order, window,
+                            ftf_plain.forward(mu, remaining, table, capacity, order, window,
                                               rho, linear, a, g), strict=True):
                 _same(x, y)
     for t, until in ((0.0, np.inf), (3.0, float(rng.uniform(5, 500)))):
         for x, y in zip(ftf_kernel.balance_run(mu, remaining, table, capacity, t, until),
-                        ftf_loops.balance_run(mu, remaining, table, capacity, t, until),
+                        ftf_plain.balance_run(mu, remaining, table, capacity, t, until),
                         strict=True):
             _same(x, y)
 
 
 @pytest.mark.parametrize("seed", range(90))
-def test_jct_loop_is_the_compiled_one(seed):
+def test_jct_kernel_as_plain_python_is_its_build(seed):
     rng, table, capacity, mu, remaining, *_ = _case(seed)
     n = len(mu)
     if n > capacity:
@@ -95,7 +96,7 @@ def test_jct_loop_is_the_compiled_one(seed):
         floor = rng.uniform(0, 1.2, n) * np.minimum(mu, table[capacity, 1]) if use_floor else \
             np.zeros(n)
         _same(jct_kernel.jct_plan(mu, remaining, floor, use_floor, table, capacity),
-              jct_loops.jct_plan(mu, remaining, floor, use_floor, table, capacity))
+              jct_plain.jct_plan(mu, remaining, floor, use_floor, table, capacity))
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -117,7 +118,7 @@ def test_ftf_and_jct_decide_the_same_on_either_side(seed):
 def test_no_jobs_no_workers():
     table = _staged(4, 50.0, 2, 10.0)
     empty = np.zeros(0)
-    for side in (ftf_kernel, ftf_loops):
+    for side in (ftf_kernel, ftf_plain):
         assert side.plan(empty, 0.99, table, 4, False, empty, empty).size == 0
         ends, first = side.forward(empty, empty, table, 4, np.zeros(0, np.int64), 0.0, 0.99,
                                    False, empty, empty)
@@ -126,35 +127,62 @@ def test_no_jobs_no_workers():
 
 def test_the_compiled_loops_run_where_built_and_use_switches_sides():
     assert loops.BUILT and loops.COMPILED and loops.plan is ftf_kernel.plan
+    assert ftf_kernel.COMPILED and not ftf_plain.COMPILED and not jct_plain.COMPILED
+    assert ftf_plain.__file__.endswith("ftf_kernel.py")  # the build's own source
     try:
         loops.use(False)
-        assert not loops.COMPILED and loops.plan is ftf_loops.plan
-        assert loops.jct_plan is jct_loops.jct_plan and loops.balance_run is ftf_loops.balance_run
+        assert not loops.COMPILED and loops.plan is ftf_plain.plan
+        assert loops.jct_plan is jct_plain.jct_plan and loops.balance_run is ftf_plain.balance_run
     finally:
         loops.use(True)
     assert loops.jct_plan is jct_kernel.jct_plan and loops.forward is ftf_kernel.forward
 
 
 PROBE = """
-import importlib.abc, sys
+import importlib.abc, importlib.machinery, json, sys
+import numpy as np
 class NotBuilt(importlib.abc.MetaPathFinder):
+    \"\"\"The kernels' sources only (no build), and no Cython where asked.\"\"\"
     def find_spec(self, name, path, target=None):
+        if name in ("cython", "Cython") and {no_cython}:
+            raise ModuleNotFoundError(name)
         if name in ("adloader.scheduling.ftf_kernel", "adloader.scheduling.jct_kernel"):
-            raise ImportError(name + " is not built")
+            finder = importlib.machinery.FileFinder(
+                path[0], (importlib.machinery.SourceFileLoader, [".py"]))
+            return finder.find_spec(name)
 sys.meta_path.insert(0, NotBuilt())
-from adloader.scheduling import ftf_loops, jct_loops, loops
+from adloader.scheduling import ftf_kernel, jct_kernel, loops
 from adloader.scheduling.allocation import JobDemand
 from adloader.scheduling.policies import get_policy
-from adloader.scheduling.policies import get_policy
-assert not loops.BUILT and not loops.COMPILED
-assert loops.plan is ftf_loops.plan and loops.jct_plan is jct_loops.jct_plan
-assert not any(m.endswith("_kernel") for m in sys.modules if m.startswith("adloader"))
-print("FALLBACK", loops.plan.__module__)
+assert not loops.BUILT and not loops.COMPILED and not ftf_kernel.COMPILED
+assert ftf_kernel.__file__.endswith(".py") and jct_kernel.__file__.endswith(".py")
+assert loops.plan is ftf_kernel.plan and loops.jct_plan is jct_kernel.jct_plan
+assert loops.plain(ftf_kernel) is ftf_kernel
+assert not ({no_cython} and "cython" in sys.modules)
+stand_in = "adloader.scheduling.plain" if {no_cython} else "cython"
+assert ftf_kernel.cython.__name__ == jct_kernel.cython.__name__ == stand_in
+case = json.loads(sys.argv[1])
+jobs = [JobDemand(f"j{{i}}", m, remaining=r) for i, (m, r) in enumerate(case["jobs"])]
+table = np.array(case["table"])
+print(json.dumps([loops.plan.__module__,
+                  [get_policy(p)(jobs, case["capacity"], table) for p in ("ftf", "jct")]]))
 """
 
 
-def test_without_the_compiled_modules_the_python_loops_run():
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                          timeout=120)
+@pytest.mark.parametrize("no_cython", [False, True])
+@pytest.mark.parametrize("seed", [0, 4])  # rows linear in d, concave rows
+def test_without_the_compiled_modules_the_same_modules_run_as_plain_python(no_cython, seed):
+    """Not built: the kernels' sources import and decide what the build decides, with Cython
+    installed (its shadow module) or without it (``adloader.scheduling.plain``)."""
+    _, table, capacity, mu, remaining, *_ = _case(seed)
+    case = {"capacity": capacity, "table": table.tolist(),
+            "jobs": [[float(m), float(r)] for m, r in zip(mu, remaining, strict=True)]}
+    done = subprocess.run([sys.executable, "-c", PROBE.format(no_cython=no_cython),
+                           json.dumps(case)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "FALLBACK adloader.scheduling.ftf_loops" in done.stdout
+    module, decided = json.loads(done.stdout.strip().splitlines()[-1])
+    assert module == "adloader.scheduling.ftf_kernel"
+    jobs = [JobDemand(f"j{i}", float(m), remaining=float(r))
+            for i, (m, r) in enumerate(zip(mu, remaining, strict=True))]
+    assert loops.COMPILED
+    assert decided == [get_policy(p)(jobs, capacity, table.copy()) for p in ("ftf", "jct")]

@@ -10,7 +10,7 @@ import pytest
 
 from adloader.device import synth
 from adloader.device.device_profile import load_profile
-from adloader.scheduling import loops  # compiled where built, else the Python twins
+from adloader.scheduling import loops  # compiled where built, else as plain Python
 from adloader.scheduling.priority_plan import Rows, linear_rows, priority_plan
 from adloader.sim.experiments import _loading_table
 
