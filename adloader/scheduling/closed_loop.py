@@ -24,9 +24,7 @@ Once no move toward the plan is left to try, the loop probes the node's capacity
 or two more for the job furthest below its ceiling, past the node's cores if need be (a
 worker that waits on a full queue or on the trainer leaves its core idle), kept only if the
 node's measured rate rose by ``grow_gain`` at least, and never past ``grow_to`` × the node's
-workers in all. Once no probe up is left, and one was measured to cost the node, it probes
-down: a worker or two fewer for the job with the most, kept on the same bar (a node whose
-loading peaks below its workers loads faster with fewer).
+workers in all.
 
 A guard watches every window: a node measured below its base's rate by more than ``guard``
 for ``guard_windows`` windows in a row goes back to the base and holds it for ``hold_s``;
@@ -89,7 +87,6 @@ class _Trial:
     before: float  # the node's measured rate before the move
     noise: float  # the relative spread of the windows before it
     since: float | None = None  # its window's start (None: not yet applied and settled)
-    trim: bool = False  # a trim: workers taken past the plan, kept only if the node gained
 
 
 class ClosedLoop:
@@ -114,9 +111,7 @@ class ClosedLoop:
         self.window_from = 0.0
         self.low = 0  # windows in a row below the guard
         self.held_until = 0.0
-        self.rejected: set[tuple[str | None, str | None]] = set()
-        self.trimmed: dict[str, int] = {}  # the most workers a job has since a kept trim
-        self.contended = False  # a probe up measured the node worse: trims may pay
+        self.rejected: set[tuple[str, str]] = set()
         self.kept: set[tuple[str, str]] = set()  # moves kept since the even split
         self.trial: _Trial | None = None
         self.events: list[tuple[str | None, str, dict]] = []  # for the daemon's event log
@@ -169,7 +164,6 @@ class ClosedLoop:
         self.measured, self.base_counts, self.base_rate = [], {}, None
         self.phase, self.even_rate, self.rates, self.low = "start", None, [], 0
         self.trial, self.rejected, self.kept, self.held_until = None, set(), set(), 0.0
-        self.trimmed, self.contended = {}, False
         return dict(self.starts[0][1])
 
     def most(self) -> int:
@@ -372,9 +366,7 @@ class ClosedLoop:
         s = self.settings
         donors = [n for n in self.jobs if current.get(n, 0) > max(self.target.get(n, 1), 1)
                   and now - self.jobs[n].resized_at >= s.dwell_s]
-        receivers = [n for n in self.jobs
-                     if current.get(n, 0) < min(self.target.get(n, 0),
-                                                self.trimmed.get(n, self.target.get(n, 0)))
+        receivers = [n for n in self.jobs if current.get(n, 0) < self.target.get(n, 0)
                      and now - self.jobs[n].resized_at >= s.dwell_s
                      and self._pays_back(n, current, remaining)]
         pairs = [(d, r) for d in donors for r in receivers if (d, r) not in self.rejected]
@@ -417,12 +409,11 @@ class ClosedLoop:
         s = self.settings
         room = self.most() - sum(current.get(n, 0) for n in self.jobs)
         if room <= 0:
-            return self._trim(now, current, remaining)
+            return {}
         ratios = {}
         for n in self.jobs:
             cap = self.caps.get(n)
             if (None, n) in self.rejected or (cap is not None and current.get(n, 0) >= cap) \
-                    or n in self.trimmed \
                     or now - self.jobs[n].resized_at < s.dwell_s \
                     or not self._pays_back(n, current, remaining):
                 continue
@@ -430,7 +421,7 @@ class ClosedLoop:
             ratios[n] = rate / ceiling if rate and ceiling > 0 else 0.5
         ratios = {n: r for n, r in ratios.items() if r < 0.95}  # at its ceiling: no use
         if not ratios:
-            return self._trim(now, current, remaining)
+            return {}
         receiver = min(ratios, key=lambda n: (ratios[n], n))
         k = min(s.step, room)
         cap = self.caps.get(receiver)
@@ -439,28 +430,6 @@ class ClosedLoop:
         self.trial = _Trial(None, receiver, k, self.rates[-1], self._noise())
         self.phase = "trial"
         return {receiver: current[receiver] + k}
-
-    def _trim(self, now: float, current: Mapping[str, int],
-              remaining: Mapping[str, float] | None) -> dict[str, int]:
-        """A probe the other way, once no probe up is left and one was measured to cost the
-        node (its rate fell past the tolerance): ``step`` workers fewer for the job with the
-        most (past one each), none given to another — kept only if the node's rate rose as a
-        probe's must (a node whose loading peaks below its workers loads faster with fewer);
-        the plan's count is no floor here, the node's measure is."""
-        s = self.settings
-        if not self.contended:
-            return {}
-        over = {n: current.get(n, 0) for n in self.jobs
-                if current.get(n, 0) > 1 and ("trim", n) not in self.rejected
-                and now - self.jobs[n].resized_at >= s.dwell_s
-                and self._pays_back(n, current, remaining)}
-        if not over:
-            return {}
-        donor = max(over, key=lambda n: (over[n], n))
-        k = min(s.step, over[donor] - 1)
-        self.trial = _Trial(donor, None, k, self.rates[-1], self._noise(), trim=True)
-        self.phase = "trial"
-        return {donor: current[donor] - k}
 
     def _worth(self, pair: tuple[str, str], current: Mapping[str, int]) -> float:
         """The model's predicted gain of moving one worker along ``pair`` (0 without one)."""
@@ -491,29 +460,24 @@ class ClosedLoop:
         rate = self._window(now, trial.since)
         if rate is None:
             return {}
-        if trial.donor is None or trial.trim:  # a probe: the node must gain by it
+        if trial.donor is None:  # a probe: its workers must pay for themselves
             tolerance = -max(s.grow_gain, trial.noise / 2)
         else:
             tolerance = max(s.tolerance, trial.noise)
         kept = rate >= (1 - tolerance) * trial.before
         data = {"from": trial.donor, "to": trial.receiver, "workers": trial.workers,
-                **({"trim": True} if trial.trim else {}),
                 "before": round(trial.before, 1), "after": round(rate, 1),
                 "tolerance": round(tolerance, 3)}
         self.trial, self.phase = None, "steady"
         if kept:
             self.kept.add((trial.donor, trial.receiver))
-            if trial.trim:
-                self.trimmed[trial.donor] = current[trial.donor]
             self.rates = [rate]
             self.window_from = now
             self.events.append((None, "loop_kept", data))
             if self._guard(now, rate, current):
                 return self._back_to_even(now, current)
             return {}
-        self.rejected.add(("trim", trial.donor) if trial.trim else (trial.donor, trial.receiver))
-        if trial.donor is None and rate < (1 - max(s.tolerance, trial.noise)) * trial.before:
-            self.contended = True  # workers added cost the node: fewer may gain
+        self.rejected.add((trial.donor, trial.receiver))
         self.events.append((None, "loop_reverted", data))
         if trial.donor is None:
             self.window_from = now + self._settle(current, trial.receiver)

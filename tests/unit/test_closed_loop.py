@@ -319,27 +319,6 @@ def test_where_the_plan_runs_fewer_workers_the_loop_sheds_them_while_the_node_ho
     assert all(k["after"] > k["before"] for k in kept)
 
 
-def test_where_fewer_workers_load_faster_than_the_plan_the_loop_trims_them_on_measure():
-    """The plan is the even split (6 workers, 2 each), but the node loads fastest with 3 in
-    all (each worker past them costs it 8 %, contention the model does not know): the probes
-    up are measured worse, then the loop takes workers away, each trim kept only as the node
-    gains, and neither moves toward the plan nor probes give them back."""
-    loop = ClosedLoop(6, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.5))
-    loop.target = {"a": 2, "b": 2, "c": 2}
-    truth = Truth(loop, lambda n, d: 0.0, ["a", "b", "c"])
-
-    def contended(n, d):
-        total = sum(truth.applied.values())
-        return PER_WORKER * d / total * 3 * (1 - 0.08 * max(0, total - 3))
-
-    truth.rate = contended
-    truth.run(200)
-    assert truth.sent == {"a": 1, "b": 1, "c": 1}
-    trims = [e[2] for e in loop.events if e[1] == "loop_kept" and e[2].get("trim")]
-    assert len(trims) == 3 and all(t["after"] > t["before"] for t in trims)
-    assert not [e for e in loop.events if e[1] == "loop_kept" and not e[2].get("trim")]
-
-
 def test_a_shed_the_node_measures_worse_goes_back_and_is_not_tried_again():
     """Every worker adds (the model is wrong to plan fewer): the shed is measured, moved
     back, and the node stays at the even split."""
