@@ -153,6 +153,7 @@ print("FALLBACK", loops.plan.__module__)
 """
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_without_the_compiled_modules_the_python_loops_run():
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                           timeout=120)
