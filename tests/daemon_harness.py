@@ -9,19 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from waiting import wait_for  # noqa: F401  (for the tests)
+
 from adloader.remote.process import DaemonProcess, free_port  # noqa: F401  (for the tests)
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
-    """Poll until predicate() is truthy; fail with `what` after the deadline."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 class Daemon(DaemonProcess):
@@ -163,7 +153,7 @@ loader = ElasticDataLoader(list(range(100000)), batch_size=4, num_workers=0)
 job = attach(loader, model="smResnet20", batch_size=4, iterations=100000)
 print("attached", flush=True)
 for i, batch in enumerate(loader):
-    time.sleep(0.02)
+    time.sleep(0.02)  # pacing: a training step
     {body}
 """
 

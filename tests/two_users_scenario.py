@@ -268,7 +268,7 @@ loader = ElasticDataLoader(list(range(100000)), batch_size=4, num_workers=0)
 job = attach(loader, model="smResnet20", batch_size=4, iterations=100000)
 print("attached", flush=True)
 for i, batch in enumerate(loader):
-    time.sleep(0.02)
+    time.sleep(0.02)  # pacing: a training step
     if os.path.exists({stop!r}):
         break
 print("done", i, flush=True)

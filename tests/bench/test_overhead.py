@@ -131,6 +131,7 @@ def test_the_watch_counts_a_daemon_child_that_does_not_name_the_run(tmp_path):
     import sys
 
     marker = str(tmp_path / "run-marker")
+    # the child: 0.6 CPU-seconds, then 0.6 s idle (pacing: a one-shot child's life)
     parent = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
               "'import time; t = time.process_time(); exec(\"while time.process_time() - t "
               "< 0.6: pass\"); time.sleep(0.6)', 'adloader.daemon.model.' + 'refit'])")

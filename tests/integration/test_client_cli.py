@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import socket
 import threading
-import time
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 from fake_service import TOKEN, FakeService
+from waiting import wait_for
 
 from adloader.config import DaemonConfig
 from adloader.daemon.api.app import create_app
@@ -41,10 +41,9 @@ def server():
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
+    wait_for(lambda: srv.started or not thread.is_alive(), 10, "uvicorn to start",
+             interval=0.01)
+    assert srv.started, "uvicorn's thread ended before it served"
     yield f"http://127.0.0.1:{port}", service
     srv.should_exit = True
     thread.join(5)

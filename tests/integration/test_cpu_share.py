@@ -42,13 +42,15 @@ def _burn(n: int, deadline_s: float = 120.0) -> list[subprocess.Popen]:
     """``n`` processes spinning on CPU 0, once each has pinned itself there (its start-up
     runs on any CPU: a window that began before would count it; in a VM without hardware
     virtualization Python takes seconds to start)."""
+    from waiting import wait_for
+
     procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
-    deadline = time.monotonic() + deadline_s
-    while any(os.sched_getaffinity(p.pid) != {0} for p in procs):
-        if time.monotonic() > deadline:
-            _stop(procs)
-            raise AssertionError(f"the spinning processes did not start within {deadline_s} s")
-        time.sleep(0.02)
+    try:
+        wait_for(lambda: all(os.sched_getaffinity(p.pid) == {0} for p in procs), deadline_s,
+                 "the spinning processes to pin themselves to CPU 0", interval=0.02)
+    except AssertionError:
+        _stop(procs)
+        raise
     return procs
 
 
@@ -68,7 +70,7 @@ def _share_of(procs_by_job: dict, shares: CpuShares | None, seconds: float) -> d
         def cpu(ps):
             return sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in ps)
         before = {j: cpu(ps) for j, ps in procs_by_job.items()}
-        time.sleep(seconds)
+        time.sleep(seconds)  # the measured window itself, not a wait for a condition
         used = {j: cpu(ps) - before[j] for j, ps in procs_by_job.items()}
     total = sum(used.values())
     return {j: u / total for j, u in used.items()}
@@ -281,15 +283,20 @@ def test_under_the_turn_rule_the_daemon_weights_a_held_job_least(sharing_daemon)
 HAND_STARTED = """
 import os, subprocess, sys, time
 os.sched_setaffinity(0, {{0}})  # all of the job on the CPU they contend for
+alone = open("/proc/self/cgroup").read()  # before its group: what it starts then stays out
 from adloader.client import attach
 from adloader.client.loader.loader import ElasticDataLoader
 loader = ElasticDataLoader(list(range(10**6)), batch_size=4, num_workers=0)
 job = attach(loader, model="smResnet20", batch_size=4, iterations=10**6)
-time.sleep(0.5)  # registered: what it starts now starts in its group
+deadline = time.monotonic() + 60
+while open("/proc/self/cgroup").read() == alone:  # the daemon moves it as it registers
+    if time.monotonic() > deadline:
+        sys.exit("never moved into its group")
+    time.sleep(0.01)  # the poll's interval, under the deadline above
 busy = [subprocess.Popen([sys.executable, "-c", {busy!r}]) for _ in range({n})]
 print(" ".join(str(p.pid) for p in busy), flush=True)
 for batch in loader:
-    time.sleep(0.05)
+    time.sleep(0.05)  # pacing: a training step
 """
 
 

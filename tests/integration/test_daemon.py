@@ -256,7 +256,7 @@ def test_a_job_started_by_hand_that_states_no_length_is_listed_running_and_ended
         "loader = ElasticDataLoader(list(range(1000)), batch_size=4)",
         "attach(loader, model='smResnet20')",
         "for i, batch in enumerate(loader):",
-        "    time.sleep(0.05)",
+        "    time.sleep(0.05)  # pacing: a training step",
         "    if i == 60:",
         "        break"]))
     env = dict(os.environ, ADLOADER_STATE_DIR=str(daemon.state_dir))

@@ -279,6 +279,7 @@ class Page(HTMLParser):
             self._cells[-1] += data
 
 
+@pytest.mark.chromium
 @needs_chromium
 def test_the_page_in_a_browser_shows_jobs_and_their_timeline(node, tmp_path):
     daemon, jobs = node
@@ -318,6 +319,7 @@ def test_the_page_in_a_browser_shows_jobs_and_their_timeline(node, tmp_path):
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.chromium
 @needs_chromium
 def test_docs_render_offline(node, tmp_path):
     daemon, _ = node

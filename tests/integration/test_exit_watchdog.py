@@ -24,7 +24,7 @@ loader = ElasticDataLoader(list(range(10)), batch_size=2)
 job = attach(loader, model="smResnet20", endpoint="")  # no daemon: the hook is there anyway
 if sys.argv[1] == "ctrl-c":
     os.kill(os.getpid(), 2)
-    time.sleep(5)
+    time.sleep(5)  # where the Ctrl-C lands (at once)
 raise ValueError("boom")
 """
 

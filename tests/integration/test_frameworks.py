@@ -447,7 +447,7 @@ class Model(L.LightningModule):
         x, idx = batch
         self.seen.extend(idx.tolist())
         self.workers.add(self.trainer.train_dataloader.num_workers)
-        time.sleep(0.01)
+        time.sleep(0.01)  # pacing: a slow step, so the fit still runs when resized
         return self.net(x).pow(2).mean()
 
     def configure_optimizers(self):

@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 import uvicorn
+from waiting import wait_for
 
 from adloader.daemon.api import http_server
 from adloader.daemon.api.http_server import TICK_S, server_class
@@ -45,10 +46,7 @@ def _serving(server) -> tuple[threading.Thread, str, list[float]]:
 
     server.on_tick = counted
     thread, url = _run(server)
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
+    wait_for(lambda: server.started, 30, "the server to start", interval=0.02)
     return thread, url, ticks
 
 
@@ -62,7 +60,7 @@ def test_the_server_ticks_once_a_second():
     thread, url, ticks = _serving(server)
     assert httpx.get(url).text == "ok"
     began, first = time.monotonic(), len(ticks)
-    time.sleep(2.5 * TICK_S)
+    time.sleep(2.5 * TICK_S)  # the window the ticks are counted over, not a wait
     seen = len(ticks) - first
     # uvicorn's own loop ticks every 0.1 s: ~25 here; one a second: 2 or 3
     assert seen <= 4, f"{seen} ticks in {time.monotonic() - began:.1f} s"
@@ -75,9 +73,10 @@ def test_the_server_ticks_once_a_second():
 def test_what_ends_the_server_wakes_it_rather_than_waiting_for_its_tick(monkeypatch, how):
     monkeypatch.setattr(http_server, "TICK_S", 600.0)  # a tick it could never wait out here
     server = _server()
-    thread, url, _ = _serving(server)
+    thread, url, ticks = _serving(server)
     assert httpx.get(url).text == "ok"
-    time.sleep(0.3)  # the loop is waiting for its (600 s) tick
+    # its first tick done, the loop waits for the next (600 s away)
+    wait_for(lambda: ticks, 30, "the loop's first tick", interval=0.02)
     if how == "stop":
         server.stop()
     else:  # what a SIGTERM runs

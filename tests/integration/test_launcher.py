@@ -4,12 +4,12 @@ and their exit status is recorded by a supervisor that outlives the daemon."""
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 from daemon_harness import REPORT_GROUP, group_of_a_new_session, sessions_split_cpu
+from waiting import wait_for
 
 from adloader.daemon.jobs.launcher import ExitStatus, Launcher, LaunchError
 from adloader.host.cpu_group import cpu_group, separate_cpu_group
@@ -17,20 +17,12 @@ from adloader.host.cpu_group import cpu_group, separate_cpu_group
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
 
 
-def _wait(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def _launch_reading_a_pid(launcher, job_id, cmd):
     """Launch ``cmd``, which prints the pid of a child it started first: (started, that pid)."""
     started = launcher.start(job_id, "tok", cmd, None, {}, 1, (0,))
     log = Path(started.log_path)
-    assert _wait(lambda: log.read_text().split()[:1] != [])
+    wait_for(lambda: log.read_text().split()[:1] != [], 10, "the child's pid in the log",
+             interval=0.02)
     return started, int(log.read_text().split()[0])
 
 
@@ -47,12 +39,14 @@ def test_a_job_is_its_own_process_group_in_the_daemons_session(launcher):
     # not a new session: with autogroup on, a session is one scheduling group and would get
     # a session's share of the CPU whatever its workers
     assert os.getsid(started.pid) == os.getsid(0)
-    assert _wait(lambda: "up" in Path(started.log_path).read_text())
+    wait_for(lambda: "up" in Path(started.log_path).read_text(), 10, "the job's first line",
+             interval=0.02)
 
 
 def test_a_launched_job_reports_the_daemons_cpu_group(launcher):
     started = launcher.start("j-0", "tok", REPORT_GROUP, None, {}, 1, (0,))
-    assert _wait(lambda: launcher.reap() == [("j-0", ExitStatus(0, None))], 60)
+    wait_for(lambda: launcher.reap() == [("j-0", ExitStatus(0, None))], 60, "j-0 reaped",
+             interval=0.02)
     reported = Path(started.log_path).read_text().split()[0]
     assert reported == str(cpu_group())
     assert not separate_cpu_group(None if reported == "None" else reported, cpu_group())
@@ -69,7 +63,8 @@ def test_the_environment_carries_what_attach_reads(launcher, tmp_path):
         started = launcher.start("j-2", "tok", cmd, str(tmp_path), {"EXTRA": "x"}, 3, (1, 2))
     finally:
         del os.environ["ADLOADER_TOKEN"]
-    assert _wait(lambda: launcher.reap() == [("j-2", ExitStatus(0, None))])
+    wait_for(lambda: launcher.reap() == [("j-2", ExitStatus(0, None))], 10, "j-2 reaped",
+             interval=0.02)
     assert Path(started.log_path).read_text().split() == [
         "j-2", "tok", "3", "1,2", "1,2", "launcher", "x", "-", "0o22"]
 
@@ -80,9 +75,11 @@ def test_stop_ends_the_whole_process_group(launcher):
            "print(p.pid, flush=True); time.sleep(60)"]
     _, child = _launch_reading_a_pid(launcher, "j-3", cmd)
     assert launcher.signal("j-3", signal.SIGTERM)
-    assert _wait(lambda: not psutil.pid_exists(child) or
-                 psutil.Process(child).status() == psutil.STATUS_ZOMBIE)
-    assert _wait(lambda: launcher.reap() == [("j-3", ExitStatus(None, signal.SIGTERM))])
+    wait_for(lambda: not psutil.pid_exists(child) or
+             psutil.Process(child).status() == psutil.STATUS_ZOMBIE, 10, "the child to end",
+             interval=0.02)
+    wait_for(lambda: launcher.reap() == [("j-3", ExitStatus(None, signal.SIGTERM))], 10,
+             "j-3 reaped, ended by SIGTERM", interval=0.02)
     assert not launcher.signal("j-3", signal.SIGTERM)  # gone: nothing is signalled
 
 
@@ -105,18 +102,21 @@ def test_a_job_s_processes_are_read_from_the_kernel_s_children_lists(launcher):
     assert sorted(by_kernel) == sorted(by_pass) and len(by_kernel) == 3
     assert by_kernel[0] == started.pid and worker in by_kernel
     assert launcher.process_tree() is None  # no pass over the node where the lists exist
-    assert _wait(lambda: launcher.cpu_usage("j-4")[1] > 0.5)  # the busy worker's CPU
+    wait_for(lambda: launcher.cpu_usage("j-4")[1] > 0.5, 10, "the busy worker's CPU counted",
+             interval=0.02)
 
 
 def test_the_exit_status_outlives_the_daemon_and_a_job_launches_once(tmp_path):
     first = Launcher(tmp_path / "state", "ipc:///nowhere")
+    # pacing: a job that is still running when its daemon goes
     cmd = [sys.executable, "-c", "import time, sys; time.sleep(1); sys.exit(3)"]
     started = first.start("j-4", "tok", cmd, None, {}, 1, (0,))
     del first  # the daemon is gone; its supervisor is not
     second = Launcher(tmp_path / "state", "ipc:///nowhere")
     assert second.find("j-4") == started.pid
     assert second.adopt("j-4", started.pid)
-    assert _wait(lambda: second.reap() == [("j-4", ExitStatus(3, None))])
+    wait_for(lambda: second.reap() == [("j-4", ExitStatus(3, None))], 10,
+             "j-4 reaped by the second launcher", interval=0.02)
     assert second.status("j-4") == ExitStatus(3, None)
     with pytest.raises(LaunchError, match="launched already"):
         second.start("j-4", "tok", cmd, None, {}, 1, (0,))
@@ -125,7 +125,7 @@ def test_the_exit_status_outlives_the_daemon_and_a_job_launches_once(tmp_path):
 
 def test_a_command_that_cannot_start_fails_with_the_reason(launcher):
     started = launcher.start("j-5", "tok", ["/no/such/program"], None, {}, 1, (0,))
-    assert _wait(lambda: launcher.reap() != [], 30)
+    wait_for(lambda: launcher.reap() != [], 30, "j-5 reaped", interval=0.02)
     status = launcher.status("j-5")
     assert status.exit_code == 127 and "/no/such/program" in status.error
     assert "cannot start" in Path(started.log_path).read_text()

@@ -18,6 +18,7 @@ import psutil
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from waiting import wait_for
 
 from adloader import ElasticDataLoader
 from adloader.client.loader.stream import ShardedStream
@@ -67,7 +68,7 @@ class KillOnce(Numbers):
 
 class Slow(Numbers):
     def __getitem__(self, i: int) -> int:
-        time.sleep(0.01)
+        time.sleep(0.01)  # pacing: a slow sample
         return i
 
 
@@ -267,10 +268,9 @@ def test_deleting_the_iterator_ends_its_workers_without_the_collector():
         workers = [p for p in psutil.Process().children() if p.pid not in before]
         assert len(workers) == 2
         del it
-        deadline = time.monotonic() + 30
-        while any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers):
-            assert time.monotonic() < deadline, "workers outlived their iterator"
-            time.sleep(0.05)
+        wait_for(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE
+                                 for w in workers), 30, "the workers to end with their iterator",
+                 interval=0.05)
     finally:
         gc.enable()
 
@@ -319,7 +319,7 @@ class Shards(ShardedStream):
 
     def read(self, shard):
         for j in range(self.per):
-            time.sleep(0.001)
+            time.sleep(0.001)  # pacing: a slow stream
             yield shard * 100 + j
 
 
@@ -356,7 +356,7 @@ def test_a_resize_from_another_thread_while_a_worker_dies():
         while not stop.is_set():
             loader.resize(1 + n % 3)
             n += 1
-            time.sleep(0.01)
+            time.sleep(0.01)  # pacing: a resize every 10 ms
 
     flipper = threading.Thread(target=flip, daemon=True)
     flipper.start()

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from waiting import wait_for as harness_wait_for
 
 from adloader.client import JobMaster, attach
 from adloader.client.master.checkpoint import load_checkpoint, save_checkpoint
@@ -46,13 +47,8 @@ def clean_env(monkeypatch):
 
 
 def wait_for(predicate, deadline_s=5.0, what="condition"):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.002)
-    raise AssertionError(f"timed out waiting for {what}")
+    """tests/waiting.py's, polled every 2 ms (the fake loops here are quick)."""
+    return harness_wait_for(predicate, deadline_s, what, interval=0.002)
 
 
 class FakeLoader:
@@ -107,7 +103,7 @@ class Trainer(threading.Thread):
     def run(self):
         while not self.stop.is_set():
             self.loader.step()
-            time.sleep(0.001)
+            time.sleep(0.001)  # pacing: a training step
 
     def join_stopped(self):
         self.stop.set()
@@ -384,7 +380,7 @@ CHILD = textwrap.dedent("""
     while True:
         loader.on_batch(SimpleNamespace(epoch=0, index=0, wait_s=0.0, step_s=0.001,
                                         workers=loader.num_workers, samples=8))
-        time.sleep(0.001)
+        time.sleep(0.001)  # pacing: a training step
 """)
 
 
@@ -417,7 +413,7 @@ def _rank(rank, endpoint, store, results):
         loader.step()
         if master.applied_seq >= 4:  # the Resume: both ranks stop after the same command
             break
-        time.sleep(0.0005)
+        time.sleep(0.0005)  # pacing: a training step
     results.put((rank, master.channel is not None, loader.calls))
     master.finish()
     dist.destroy_process_group()

@@ -23,7 +23,7 @@ def daemon(tmp_path):
 
 def test_logs_follow_a_job_while_it_writes_until_it_ends(daemon):
     body = ("import time\nfor i in range(6):\n    print('line', i, flush=True)\n"
-            "    time.sleep(0.3)\n")
+            "    time.sleep(0.3)  # pacing: a job that writes as it goes\n")
     job = daemon.submit("talker", command=[sys.executable, "-c", body])
     chunks = list(daemon.client.follow_log(job))  # returns once the job has ended
     text = "".join(chunks)

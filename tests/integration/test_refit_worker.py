@@ -2,10 +2,9 @@
 one-shot child, scikit-learn imported once for many fits, and a worker that is gone (killed,
 or exited when idle) started again for the next fit."""
 
-import time
-
 import psutil
 import pytest
+from waiting import wait_for
 
 from adloader.daemon.model.refit import RefitWorker, fit_in_child
 from adloader.device import synth
@@ -51,9 +50,7 @@ def test_an_idle_worker_exits_and_the_next_fit_starts_another():
         request = _request(1)
         worker.fit(request)
         proc = worker._proc
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: proc.poll() is not None, 30, "the idle worker to exit")
         assert proc.poll() == 0  # gone on its own: its memory went back
         assert worker.fit(request) == fit_in_child(request)
     finally:

@@ -24,7 +24,7 @@ print("SLURM", os.environ["SLURM_JOB_ID"], os.environ["SLURM_STEP_ID"], os.getpi
 loader = ElasticDataLoader(list(range(100000)), batch_size=4, num_workers=0)
 attach(loader, model="smResnet20", batch_size=4, iterations=iterations)
 for i, batch in enumerate(loader):
-    time.sleep(0.02)
+    time.sleep(0.02)  # pacing: a training step
     if i + 1 == iterations:
         break
 print("done", flush=True)
@@ -118,7 +118,7 @@ from adloader import ElasticDataLoader, attach
 loader = ElasticDataLoader(list(range(400)), batch_size=4, num_workers=0)
 attach(loader, model="smResnet20", batch_size=4, iterations=100)
 for batch in loader:
-    time.sleep(0.01)
+    time.sleep(0.01)  # pacing: a training step
 print("squatter done", flush=True)
 """
 

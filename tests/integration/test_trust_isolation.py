@@ -129,7 +129,7 @@ def test_outliers_from_one_job_cannot_break_the_model_of_the_node(daemon):
         for i in range(1, 4):
             for k, m in enumerate(masters[1:], 1):
                 m.beat(f"t{k}", f"tok{k}", i * 5, step_s=0.04 + 0.01 * k)
-            time.sleep(2.1)  # one sample per job per 2 s
+            time.sleep(2.1)  # pacing: the daemon keeps one sample per job per 2 s
         wait_for(lambda: daemon.http.get("/v1/model").json()["samples"]["training"] >= 6, 20,
                  "six training samples")
         r = daemon.http.post("/v1/model/fit")
@@ -154,7 +154,7 @@ def test_a_very_deep_model_is_counted_off_the_event_loop(daemon):
                 t0 = time.perf_counter()
                 assert c.get("/v1/jobs").status_code == 200
                 latencies.append(time.perf_counter() - t0)
-                time.sleep(0.02)
+                time.sleep(0.02)  # pacing: a probe every 20 ms while the count runs
         counted = time.monotonic() - started
         assert submitted.result().status_code == 201
     assert counted > 1.0 and len(latencies) > 10  # it took a while, and others were served

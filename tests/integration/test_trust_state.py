@@ -103,7 +103,7 @@ def test_kill_9_of_the_daemon_around_decisions_loses_no_finished_job(tmp_path):
     try:
         for round_ in range(8):
             jobs.append(d.submit(f"r{round_}", iterations=10 + 5 * (round_ % 3)))
-            time.sleep(0.15 * (round_ % 4))  # before, during and after the window closes
+            time.sleep(0.15 * (round_ % 4))  # pacing: the kill lands before, in, after the window
             d.kill()
             d = Daemon(d.state_dir, port=d.port, window=0.2).start()
         for job in jobs:

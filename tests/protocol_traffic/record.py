@@ -77,11 +77,11 @@ deadline = time.monotonic() + 60
 while go != "-" and not os.path.exists(go):  # imported: arrive when the recorder says
     if time.monotonic() > deadline:
         sys.exit("no go from the recorder")
-    time.sleep(0.01)
+    time.sleep(0.01)  # the poll's interval, under the deadline above
 loader = ElasticDataLoader(list(range(4 * iterations)), batch_size=4, num_workers=0)
 attach(loader, model="smResnet20", batch_size=4, iterations=iterations)
 for batch in loader:
-    time.sleep(step_s)
+    time.sleep(step_s)  # pacing: a training step
 """
 DEADLINE_S = 120.0
 JOB_DIRECTION, DAEMON_DIRECTION = "job->daemon", "daemon->job"

@@ -63,6 +63,7 @@ def test_a_model_read_back_predicts_what_it_did_and_carries_its_arrays():
     assert training_features(*x).shape == (3, 5)
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_the_daemon_side_reads_a_nonlinear_model_without_importing_sklearn(tmp_path):
     """What the daemon does with the child's answer: ``ThroughputModel.from_json``, a
     prediction and the loading table, in a process where scikit-learn never loads."""

@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 from adloader import cli
 from adloader.daemon.ops.settings import ensure_token, is_loopback
 
@@ -12,6 +14,7 @@ def test_token_file_is_created_0600_and_reused(tmp_path):
     assert ensure_token(path) == (token, True)
 
 
+@pytest.mark.processes  # --port 0: a socket finds the free port
 def test_a_token_readable_by_others_is_refused(tmp_path, capsys):
     path = tmp_path / "token"
     path.write_text("secret\n")

@@ -43,6 +43,7 @@ def test_the_verdict_follows_the_figures(row, floor, verdict):
     assert declared.verdict(row, floor) == verdict
 
 
+@pytest.mark.slow  # `bench declared` over two mixes
 def test_the_bench_prints_a_row_per_member_and_the_floor_holds(run, tmp_path):
     path = tmp_path / "declared.json"
     code, out, _ = run("bench", "declared", "--mixes", "paper-static,fast-gpus", "--truth",

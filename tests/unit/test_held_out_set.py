@@ -104,6 +104,7 @@ def test_bench_held_out_reads_its_seeds_from_the_file(run, monkeypatch):
     assert asked == held_out.seeds()[:1]
 
 
+@pytest.mark.slow  # the held-out bench over two mixes
 def test_bench_held_out_on_another_sets_file(tmp_path, capsys, paper_profile, paper_model):
     """Plumbing on a set of a test's own seeds: the file's seeds, jobs, mix and rate, printed
     as `bench mixes` prints, and saved with the set's file."""

@@ -8,6 +8,8 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUT = ROOT / "docs" / "layout.md"
 
@@ -26,6 +28,7 @@ def _paths_named() -> set[str]:
     return set(re.findall(r"`([\w/.-]+\.pyx?)`", LAYOUT.read_text()))
 
 
+@pytest.mark.processes  # git ls-files
 def test_every_module_is_on_the_map():
     missing = sorted(_modules() - _paths_named())
     assert not missing, f"docs/layout.md does not list: {', '.join(missing)}"

@@ -169,6 +169,7 @@ print(json.dumps([loops.plan.__module__,
 """
 
 
+@pytest.mark.processes  # a fresh interpreter
 @pytest.mark.parametrize("no_cython", [False, True])
 @pytest.mark.parametrize("seed", [0, 4])  # rows linear in d, concave rows
 def test_without_the_compiled_modules_the_same_modules_run_as_plain_python(no_cython, seed):

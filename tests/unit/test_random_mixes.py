@@ -39,6 +39,7 @@ def test_seeds_of_each_run_are_disjoint():
         held_out_mixes.random_mixes(None, None, count=0)
 
 
+@pytest.mark.slow  # `bench mixes`: every policy over two mixes
 @pytest.mark.held_out_plumbing
 def test_cli_prints_a_row_per_policy(run, tmp_path):
     path = tmp_path / "mixes.json"
@@ -65,6 +66,7 @@ def test_cli_prints_a_row_per_policy(run, tmp_path):
     assert code == 2 and "mixes must be at least 1" in err
 
 
+@pytest.mark.slow  # `bench mixes` twice, with a whole-trace floor
 @pytest.mark.held_out_plumbing
 def test_the_floor_over_a_whole_mix_is_at_least_the_groups_and_under_every_schedule(run,
                                                                                     tmp_path):

@@ -53,6 +53,7 @@ def test_bad_input_is_named():
         least_total_completion([1], [0], 0.0, [FAST], [1], 1)
 
 
+@pytest.mark.slow  # a whole-trace program, every setting simulated
 def test_the_whole_trace_floor_is_under_every_simulated_run_and_above_the_groups(
         paper_profile, paper_model):
     """A bound that could fail: on three of the dynamic trace's jobs (the third arriving while
@@ -79,6 +80,7 @@ def test_the_whole_trace_floor_is_under_every_simulated_run_and_above_the_groups
             assert r["mean_jct_s"] >= floor["mean_jct"] - 1e-6, (truth, r["setting"])
 
 
+@pytest.mark.slow  # whole-trace programs over seven jobs (~20 s)
 def test_a_group_too_big_for_one_linear_program_is_floored_whole(paper_profile, paper_model):
     """Seven jobs arriving together are more than one LP takes (``GROUP``): the groups' floor
     cuts them in parts, each with the node to itself; with a slot the whole-trace program
@@ -124,6 +126,7 @@ def test_deadlines_floor_the_schedules_that_meet_them_by_hand():
         least_total_completion([1000], [5], 100.0, [FAST], [1], 4, deadlines=[5.0])
 
 
+@pytest.mark.slow  # two floors and the even split over a trace
 def test_the_fair_floor_is_between_the_floor_and_the_even_split(paper_profile, paper_model):
     """Three of the dynamic trace's jobs: the floor of schedules that keep every job within
     1/0.95 of its even-split JCT is no lower than the floor of all schedules, and no higher

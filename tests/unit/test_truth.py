@@ -128,6 +128,7 @@ def test_the_simulator_runs_on_the_chosen_truth(paper_profile, paper_model):
         Simulator(trace, paper_profile, paper_model, SimConfig(truth="measured"))
 
 
+@pytest.mark.slow  # two TPM fits and their errors
 def test_the_tpm_fits_the_model_truth_but_not_the_published_one(paper_profile):
     model_truth = load_truth("model", paper_profile)
     exact = tpm_error(model_truth, synth.fitted_model(paper_profile, 0, model_truth), STATIC)
@@ -162,6 +163,7 @@ def test_an_unknown_truth_is_refused_naming_the_choices():
         report.setup("paper", truth="bogus")
 
 
+@pytest.mark.processes  # runs docs/sources/make_published_truth.py
 def test_the_published_truth_is_made_from_its_sources_byte_for_byte(tmp_path):
     """docs/sources/make_published_truth.py, run on the quoted sources, writes exactly the
     committed truth file: every figure in it comes from a cited line."""
