@@ -1,5 +1,5 @@
 """The compiled modules, built on install where they can be: the loops of ``ftf`` and ``jct``
-(adloader/scheduling/*_kernel.py, Cython's pure-Python mode). Optional: without Cython the C
+(adloader/scheduling/kernels/*_kernel.py, Cython's pure-Python mode). Optional: without Cython the C
 files Cython made (an sdist carries them where they were made) are compiled; without a
 compiler, or when a build fails, the install goes on without them and the same modules run
 as plain Python (the same plans, slower). Everything else is in pyproject.toml."""
@@ -21,14 +21,15 @@ def _extensions() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:
         cythonize = None
-    sources = [f"adloader/scheduling/{k}.py" for k in KERNELS]
+    sources = [f"adloader/scheduling/kernels/{k}.py" for k in KERNELS]
     if cythonize is not None:
-        return cythonize([Extension(f"adloader.scheduling.{k}", [p])
+        return cythonize([Extension(f"adloader.scheduling.kernels.{k}", [p])
                           for k, p in zip(KERNELS, sources, strict=True)])
-    found = [k for k in KERNELS if (HERE / f"adloader/scheduling/{k}.c").exists()]
+    found = [k for k in KERNELS if (HERE / f"adloader/scheduling/kernels/{k}.c").exists()]
     if len(found) < len(KERNELS):
         print(SKIPPED.format(name=", ".join(KERNELS), why="no Cython and no C files"))
-    return [Extension(f"adloader.scheduling.{k}", [f"adloader/scheduling/{k}.c"]) for k in found]
+    return [Extension(f"adloader.scheduling.kernels.{k}", [f"adloader/scheduling/kernels/{k}.c"])
+            for k in found]
 
 
 class OptionalBuildExt(build_ext):

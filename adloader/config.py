@@ -136,7 +136,7 @@ def validate(cfg: DaemonConfig) -> DaemonConfig:
         raise InputError(f"setting 'port' must be 0..65535, got {cfg.port}")
     if cfg.metrics_listen:
         listen_address(cfg.metrics_listen)
-    from adloader.scheduling.policies import get_policy
+    from adloader.scheduling.policies.registry import get_policy
 
     get_policy(cfg.policy)  # an unknown name stops here, not in the scheduling loop
     if cfg.cpu_share_rule not in CPU_SHARE_RULES:

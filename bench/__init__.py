@@ -1,3 +1,4 @@
-"""The benchmarks behind ``adloader bench NAME`` that run real parts: live jobs under real
-daemons, the control plane at scale, live resizes, caches, locality and storage. Each prints
-ratios against a baseline measured in the same run; tests never import them."""
+"""Every benchmark behind ``adloader bench NAME``: ``live`` (real jobs under real daemons and
+without one), ``data`` (the data path: caches, locality, storage), ``ops`` (the control plane
+at scale, the install, the soak) and ``sim`` (the simulator's experiments and the declared
+mixes). Each prints ratios against a baseline measured in the same run."""

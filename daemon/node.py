@@ -27,11 +27,11 @@ from adloader.errors import StorageError
 from adloader.host.cpu_group import cpu_group
 from adloader.protocol import ProtocolError, Register, replaced
 from adloader.rest import JobSpec, RecordedSpec
-from adloader.scheduling.throughput import ThroughputModel
+from adloader.scheduling.model.throughput import ThroughputModel
 
 from .api.metrics import MetricsCache
 from .api.service_impl import NodeServiceMixin
-from .cache.node_cache import NodeCacheHost
+from .cache.node_cache_host import NodeCacheHost
 from .control.broker import Broker
 from .control.scheduler import Actions, LiveJob, Scheduler
 from .control.slurm_identity import check_slurm_name

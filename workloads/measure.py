@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from adloader.device.device_profile import DeviceProfile
 from adloader.device.loading_surface import SurfacePoint
 from adloader.errors import InputError
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
 CPU_MODELS = ("smResnet20", "mdResnet12", "smVGG7", "smResnet32")
 CPU_BATCHES = (4, 8, 16)

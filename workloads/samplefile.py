@@ -1,4 +1,4 @@
-"""Read and write throughput samples as CSV (columns: adloader.scheduling.samples.CSV_COLUMNS).
+"""Read and write throughput samples as CSV (columns: scheduling.model.samples.CSV_COLUMNS).
 
 ``kind`` is ``training`` (model, batch_size, gpus, flops_g, params_m, step_s) or
 ``loading`` (job_workers, node_workers, loading_rate); other columns stay empty.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from adloader.errors import InputError
 from adloader.host.atomic import atomic_path
-from adloader.scheduling.samples import CSV_COLUMNS, LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import CSV_COLUMNS, LoadingSample, TrainingSample
 
 _TRAINING = {"batch_size": int, "gpus": int, "flops_g": float, "params_m": float, "step_s": float}
 _LOADING = {"job_workers": int, "node_workers": int, "loading_rate": float}

@@ -13,7 +13,7 @@ that put it under the daemon are ``ElasticDataLoader(...)`` and ``attach(loader,
 
 The baselines users run without adloader are the same job on torch's own
 ``torch.utils.data.DataLoader``, not under any daemon: ``--loader torch --workers N`` (a fixed
-``num_workers``) or ``--loader torch --autotune`` (``adloader.scheduling.autotune``: the job
+``num_workers``) or ``--loader torch --autotune`` (``adloader.scheduling.tuners.autotune``: the job
 tunes its own count). ``--report FILE`` writes what the job measured of itself as one JSON
 object: its training loop's start and end (wall clock), rate, time blocked on the loader,
 workers.
@@ -39,8 +39,8 @@ from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
 from adloader.host.atomic import atomic_path
 from adloader.models import build, features
-from adloader.scheduling.autotune import Autotuner
-from adloader.scheduling.climb import ClimbingTuner
+from adloader.scheduling.tuners.autotune import Autotuner
+from adloader.scheduling.tuners.climb import ClimbingTuner
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 from adloader.workloads.emulated_gpu import EmulatedTrainer, emulate_step
 
@@ -68,7 +68,7 @@ def parse_args(argv=None):
     p.add_argument("--climb", type=int, default=0, metavar="BUDGET",
                    help="with --loader elastic and no daemon: the job climbs its own "
                         "num_workers from --workers, in-process, within BUDGET workers "
-                        "(adloader.scheduling.climb)")
+                        "(adloader.scheduling.tuners.climb)")
     p.add_argument("--report", default="", help="write what the job measured as JSON here")
     return p.parse_args(argv)
 

@@ -27,13 +27,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("adloader.cli.jobs", "cancel jobs"),
     "pause": ("adloader.cli.jobs", "suspend a running job"),
     "resume": ("adloader.cli.jobs", "resume a paused job"),
-    "replay": ("adloader.cli.replay", "replay a trace against a running daemon"),
+    "replay": ("adloader.cli.replay_command", "replay a trace against a running daemon"),
     "sim": ("adloader.cli.sim", "simulate a trace on one node under a policy"),
-    "bench": ("adloader.cli.bench", "benchmarks with ratios against a same-run baseline"),
+    "bench": ("adloader.cli.bench.bench_commands", "benchmarks against same-run baselines"),
     "workload": ("adloader.cli.traces", "generate, check and list workload traces"),
     "profile": ("adloader.cli.profile", "measure this machine's loading and step times"),
-    "tpm": ("adloader.cli.tpm", "the throughput prediction model: samples, fit"),
-    "models": ("adloader.cli.zoo", "the model zoo and its FLOPs/parameter table"),
+    "tpm": ("adloader.cli.tpm_command", "the throughput prediction model: samples, fit"),
+    "models": ("adloader.cli.zoo_command", "the model zoo and its FLOPs/parameter table"),
 }
 ALIASES = {"model": "tpm"}  # old names, kept working but not listed
 OUTPUT_FLAGS = {"json": "out", "plot": "plot", "report": "report"}  # dest: the flag's name

@@ -115,9 +115,9 @@ def output_options(parser: argparse.ArgumentParser) -> None:
 
 
 def simulation_setup(args: argparse.Namespace):
-    """(profile, model, SimConfig) from the sim options (``adloader.sim.report.setup``); a
+    """(profile, model, SimConfig) from the sim options (``adloader.bench.sim.report.setup``); a
     flag the command does not take keeps its default."""
-    from adloader.sim import report
+    from adloader.bench.sim import report
 
     return report.setup(args.profile, getattr(args, "model", None), getattr(args, "seed", 0),
                         getattr(args, "cores", None), getattr(args, "window", 30.0),

@@ -8,7 +8,7 @@ from rich.table import Table
 
 # the console, tables, result files and plots: one implementation, shared with the simulated
 # benchmarks' reports (which ``adloader demo`` prints too)
-from adloader.sim.output import console, plot, save, table
+from adloader.bench.sim.output import console, plot, save, table
 
 __all__ = ["console", "describe", "listing", "plot", "result_line", "result_table", "save",
            "score_table", "table"]
@@ -47,7 +47,7 @@ def result_line(result: dict) -> str:
 
 def score_table(model) -> Table:
     """Table I: held-out R² of each regressor for F_μ and F_λ; the chosen one starred."""
-    from adloader.scheduling.throughput import REGRESSORS
+    from adloader.scheduling.model.throughput import REGRESSORS
 
     rows = []
     for name in ("staged", *REGRESSORS):

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from adloader.device.device_profile import DeviceProfile, save_profile
 from adloader.errors import InputError
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 from adloader.workloads import contention, measure
 from adloader.workloads.dataset import SyntheticJPEGDataset
 from adloader.workloads.samplefile import write_samples

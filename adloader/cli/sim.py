@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from adloader.errors import InputError
-from adloader.scheduling.policies import DEFAULT_POLICY, POLICIES, get_policy
+from adloader.scheduling.policies.registry import DEFAULT_POLICY, POLICIES, get_policy
 
 from . import _options, _output
 
@@ -34,8 +34,8 @@ def _demo(args: argparse.Namespace) -> int:
     runs in the simulator under every policy (``adloader bench static``)."""
     import tempfile
 
+    from adloader.bench.sim.report import static_benchmark
     from adloader.remote.process import DaemonProcess
-    from adloader.sim.report import static_benchmark
     from adloader.sim.trace import load_trace
     from adloader.workloads.replay import replay
 

@@ -1,6 +1,6 @@
 """Cache arbiter: the node's cache memory C divided among datasets by predicted marginal hits.
 
-As ``adloader.scheduling.allocation`` divides workers by predicted marginal throughput, the arbiter
+As ``scheduling.policies.allocation`` divides workers by predicted marginal throughput, the arbiter
 divides the shared node cache (``adloader.datapath.shared_cache``) among the datasets its jobs read:
 maximise Σ_d h_d(c_d) subject to Σ_d c_d ≤ C, h_d(c) the hits of dataset d's part of the node
 stream in a partition of c samples. The jobs' streams are known from their seeds, so h_d is

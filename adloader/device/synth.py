@@ -11,7 +11,7 @@ import numpy as np
 
 from adloader.device.device_profile import DeviceProfile
 from adloader.models import PAPER_MODELS, features
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
 BATCHES = (16, 32, 64, 128)
 GPUS = (1, 2, 4)
@@ -82,7 +82,7 @@ def fitted_model(profile: DeviceProfile, seed: int = 0, truth=None):
     """The TPM a node with this profile would fit from its own noisy samples (of ``truth``'s
     steps and, where it replays a contention surface, its loading, when given:
     ``adloader.sim.truth``)."""
-    from adloader.scheduling.throughput import ThroughputModel
+    from adloader.scheduling.model.throughput import ThroughputModel
 
     training, loading = samples(profile, seed, truth)
     return ThroughputModel.fit(training, loading, seed)

@@ -1,7 +1,7 @@
 """The node cache's segment, the one thing of it the daemon and the jobs share: its layout
 (``FIELDS``) and how the daemon makes one (``create_segment``: one per dataset, owned and
 unlinked by the daemon, sized live with ``SampleArena.set_limit``). What a job does with it is
-``adloader.client.data.node_cache``; what the daemon does, ``adloader.daemon.cache.node_cache``.
+``adloader.client.data.node_cache``; what the daemon does, ``daemon.cache.node_cache_host``.
 """
 
 from __future__ import annotations

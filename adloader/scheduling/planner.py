@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adloader.scheduling.allocation import JobDemand
-from adloader.scheduling.gpushare import gpu_ceilings
-from adloader.scheduling.policies import get_policy
-from adloader.scheduling.policy import Decision, Policy
-from adloader.scheduling.throughput import ThroughputModel
+from adloader.scheduling.model.throughput import ThroughputModel
+from adloader.scheduling.policies.allocation import JobDemand
+from adloader.scheduling.policies.gpushare import gpu_ceilings
+from adloader.scheduling.policies.policy import Decision, Policy
+from adloader.scheduling.policies.registry import get_policy
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class PlanJob:
     workers: int = 0
     gpu_ids: tuple[int, ...] = ()  # running: where it is; waiting: where it must go, if pinned
     requested: int | None = None
-    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (``adloader.scheduling.correction``)
+    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (``scheduling.model.correction``)
     length_known: bool = True  # it stated its iterations (``ftf`` plans on them)
     started: bool = True  # it has trained a batch: its start-up (no worker shortens it) is over
     max_workers: int | None = None  # confined to part of the node's CPUs: its most workers
@@ -104,7 +104,7 @@ def demands(jobs: Sequence[PlanJob], placement: dict[str, tuple[int, ...]],
             solo: Mapping[str, float] | None = None) -> list[JobDemand]:
     """c_i · B·F_μ of each job, cut to its predicted fair share of the GPUs it shares, then
     to its measured intake ceiling C_j where known (no worker lifts a job past what its
-    training loop takes in, ``adloader.scheduling.intake``; C_j is measured beside the jobs
+    training loop takes in, ``adloader.scheduling.model.intake``; C_j is measured beside the jobs
     it shares its GPUs with, so it is not shared again).
 
     Each partner is taken to load as fast as any job could — or, given ``workers`` (a

@@ -1,5 +1,5 @@
 """The per-job autotuner simulated: no daemon, every job runs its own copy of the tuner users
-would write (``adloader.scheduling.autotune.Autotuner``, the same class the live baseline
+would write (``adloader.scheduling.tuners.autotune.Autotuner``, the same class the live baseline
 runs), on the same truth as the daemon's policies.
 
 Each job starts at the tuner's first count the moment it arrives (no buffer, no capacity
@@ -17,7 +17,7 @@ import math
 from dataclasses import replace
 
 from adloader.device.device_profile import DeviceProfile
-from adloader.scheduling.autotune import Autotuner
+from adloader.scheduling.tuners.autotune import Autotuner
 from adloader.sim.simulator import EPS, SimConfig, SimResult, Simulator, gpu_rates
 from adloader.sim.trace import Trace
 

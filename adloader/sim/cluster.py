@@ -29,11 +29,11 @@ import numpy as np
 from adloader.device.device_profile import DeviceProfile
 from adloader.errors import InputError
 from adloader.models import features
-from adloader.scheduling.gpushare import iteration_rates
+from adloader.scheduling.model.throughput import ThroughputModel
 from adloader.scheduling.node_summary import summary
 from adloader.scheduling.planner import PlanJob, demands, plan
-from adloader.scheduling.policies import DEFAULT_POLICY
-from adloader.scheduling.throughput import ThroughputModel
+from adloader.scheduling.policies.gpushare import iteration_rates
+from adloader.scheduling.policies.registry import DEFAULT_POLICY
 from adloader.sim.generator import PAPER_MIX, batch_for
 
 PLACEMENTS = ("spread", "binpack", "loading")

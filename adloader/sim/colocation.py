@@ -8,7 +8,7 @@ forward FLOPs per sample (``light``: ResNet-18 on CIFAR-10; ``heavy``: ResNet-50
 ImageNet); its x beside a partner comes from the valid rows nearest in
 |log2(batch / row batch)| summed over the two jobs, ties averaged.
 
-In the fluid simulation (``adloader.scheduling.gpushare``) a co-located job's GPU time per
+In the fluid simulation (``adloader.scheduling.policies.gpushare``) a co-located job's GPU time per
 iteration becomes its step × 0.5 / x and its rate never exceeds its rate alone: two GPU-bound
 jobs sharing a GPU then each run at exactly x of their solo rate, x = 0.5 is perfect
 time-slicing, and a job its loader holds back leaves the GPU to its partner as before. A job

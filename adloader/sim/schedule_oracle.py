@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from adloader.device.device_profile import DeviceProfile
-from adloader.scheduling.throughput import ThroughputModel
+from adloader.scheduling.model.throughput import ThroughputModel
 from adloader.sim.simulator import SimConfig, Simulator, gpu_rates
 from adloader.sim.trace import Trace
 
@@ -38,8 +38,8 @@ def static_schedule_oracle(trace: Trace, profile: DeviceProfile, model: Throughp
     too, and the reached schedule's makespan against balance's. ``pause``:
     a schedule may leave a present job with no worker; else every job keeps one, as the
     daemon's policies do."""
-    from adloader.scheduling.fair_frontier import all_plans
-    from adloader.scheduling.schedule_lp import best_schedule
+    from adloader.scheduling.bounds.fair_frontier import all_plans
+    from adloader.scheduling.bounds.schedule_lp import best_schedule
 
     sim, jobs = jobs_at_start(trace, profile, model, base)
     n = len(jobs)
@@ -104,7 +104,7 @@ def jct_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     part is tried, not of the whole group). Where the truth caps each job at an intake
     ceiling (``gpu-node``), the floor holds each job to it too. ``peak``: the node's
     peak loading when known otherwise (a live bench run's own)."""
-    from adloader.scheduling.schedule_lp import least_mean_jct
+    from adloader.scheduling.bounds.schedule_lp import least_mean_jct
 
     sim = Simulator(trace, profile, model, base or SimConfig())
     groups: dict[float, list] = {}
@@ -138,7 +138,7 @@ def whole_trace_floor(trace: Trace, profile: DeviceProfile, model: ThroughputMod
     tighter than ``jct_floor``'s sum of groups where a group's jobs run into the next
     arrival, looser by at most the program's slots inside one. ``deadlines`` (job name ->
     seconds after its arrival, as a JCT): the floor of the schedules that meet them."""
-    from adloader.scheduling.schedule_mip import least_total_completion
+    from adloader.scheduling.bounds.schedule_mip import least_total_completion
 
     sim = Simulator(trace, profile, model, base or SimConfig())
     jobs = sim.jobs

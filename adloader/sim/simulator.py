@@ -2,7 +2,7 @@
 
 The scheduler side is the real one — arrival and completion buffers (A-Dloader §III-C5;
 an arrival that could start now is decided after a settle, as the daemon decides it),
-a policy from ``adloader.scheduling.allocation.POLICIES`` fed by a fitted TPM — while time runs on a
+a policy from ``scheduling.policies.allocation.POLICIES`` fed by a fitted TPM — while time runs on a
 device profile's ground truth: between events every running job progresses at a fluid
 rate, limited by its loading rate λ = d/D·L(D) and by its GPUs, which jobs sharing them
 time-slice (max-min fair water-filling of GPU time). A job whose workers change pauses for
@@ -22,12 +22,12 @@ from adloader.config import ARRIVAL_SETTLE_S
 from adloader.device.device_profile import DeviceProfile
 from adloader.errors import InputError
 from adloader.models import features
-from adloader.scheduling import correction
 from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
-from adloader.scheduling.gpushare import iteration_rates
+from adloader.scheduling.model import correction
+from adloader.scheduling.model.throughput import ThroughputModel
 from adloader.scheduling.planner import PlanJob, admit, plan
-from adloader.scheduling.policies import get_policy
-from adloader.scheduling.throughput import ThroughputModel
+from adloader.scheduling.policies.gpushare import iteration_rates
+from adloader.scheduling.policies.registry import get_policy
 from adloader.sim.colocation import Colocation
 from adloader.sim.cpu_sharing import MODES as CPU_SHARING
 from adloader.sim.cpu_sharing import kernel_rates
@@ -80,7 +80,7 @@ class SimConfig:
     keep_threshold: float = 0.02  # a resize must change the job's predicted T by more
     prediction_error: float = 0.0  # ε: predicted B·F_μ off by up to ±ε per job (truth intact)
     error_seed: int = 0
-    # correct each job's B·F_μ online from its steps (adloader.scheduling.correction)
+    # correct each job's B·F_μ online from its steps (adloader.scheduling.model.correction)
     correct: bool = True
     observe_s: float = 2.0  # one step sample a job this often (the daemon's CORRECT_EVERY_S)
     warmup_s: float = 10.0  # its first sample this long after its start (correction.WARMUP_S)
@@ -451,7 +451,7 @@ class Simulator:
                          self.events)
 
     def _observe(self) -> None:
-        """Heartbeat samples of the steps: update c_i (``adloader.scheduling.correction``) and plan
+        """Heartbeat samples of the steps: update c_i (``scheduling.model.correction``) and plan
         again at once when it moved; a job stops sampling once c_i is within 1 %."""
         for j in self._running():
             if j.observe_at is None or j.observe_at > self.t + EPS:

@@ -3,7 +3,7 @@ sharing a GPU costs. The TPM the simulated daemon decides with is fitted from no
 the truth (``adloader.device.synth``); the simulator runs time on the truth itself.
 
 - ``model`` (the ablation): the device profile's own eq. 6 and perfect time-slicing
-  (``adloader.scheduling.gpushare``) — the forms the TPM regresses on, so it fits them exactly.
+  (``scheduling.policies.gpushare``) — the forms the TPM regresses on, so it fits them exactly.
 - ``published``: step times from published measurements of the profile's GPU, interpolated
   over batch (``truths/published-steps.json``, every figure cited by its line in
   ``docs/sources/gpu-measurements.md``), and co-location slowed by the published pair

@@ -7,8 +7,8 @@ import signal as signals
 from dataclasses import dataclass, field
 
 from adloader.protocol import DataSpec, Finish
-from adloader.scheduling.intake import IntakeCeiling
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.intake import IntakeCeiling
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
 ACTIVE = ("running", "paused")
 WAITING = ("buffered", "queued")
@@ -57,7 +57,7 @@ class LiveJob:
     cpu_share: float | None = None  # ... and their share of the node's CPUs
     busy_s: float = 0.0  # Σ steps × step time from heartbeats: GPU busy
     wait_s: float = 0.0  # Σ steps × data wait: GPU idle for want of data
-    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (adloader.scheduling.correction)
+    rate_scale: float = 1.0  # c_i: observed / predicted B·F_μ (scheduling.model.correction)
     planned_scale: float = 1.0  # c_i in the last plan
     ceiling: float = 0.0  # the last plan's c_i·B·F_μ × GPU share, samples/s
     corrected_at: float = 0.0  # when c_i was last updated

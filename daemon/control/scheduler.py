@@ -34,13 +34,13 @@ from adloader.protocol import (
     Resize,
     Resume,
 )
-from adloader.scheduling import correction
 from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
-from adloader.scheduling.intake import IntakeCeiling
+from adloader.scheduling.model import correction
+from adloader.scheduling.model.intake import IntakeCeiling
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.throughput import ThroughputModel
 from adloader.scheduling.planner import PlanJob, admit, plan
-from adloader.scheduling.policies import get_policy
-from adloader.scheduling.samples import LoadingSample, TrainingSample
-from adloader.scheduling.throughput import ThroughputModel
+from adloader.scheduling.policies.registry import get_policy
 
 from .endings import EndingsMixin
 from .live import (  # noqa: F401  (the states, for the scheduler's users)
@@ -417,7 +417,7 @@ class Scheduler(RegistrationMixin, EndingsMixin):
 
     def _correct(self, job: LiveJob, observed: float) -> Actions:
         """c_i from the job's own steps, one update per ``CORRECT_EVERY_S``; a re-plan at
-        once when it moved since the job's last plan (``adloader.scheduling.correction``)."""
+        once when it moved since the job's last plan (``adloader.scheduling.model.correction``)."""
         now = self.clock()
         if job.corrected_at == 0.0:  # its first GPU-bound beat: skip what is left of its
             # warm-up (its first seconds of steps, however fed: a job that waited on a loader

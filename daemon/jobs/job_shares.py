@@ -27,8 +27,8 @@ import psutil
 
 from adloader.errors import StorageError
 from adloader.host.cpu_share import CpuShares, held
-from adloader.scheduling.fluid_order import Lane, rank
-from adloader.scheduling.samples import LoadingSample
+from adloader.scheduling.model.samples import LoadingSample
+from adloader.scheduling.policies.fluid_order import Lane, rank
 
 from ..control.live import ACTIVE
 from ..control.slurm_identity import slurm_step_group
@@ -157,7 +157,7 @@ class JobShares:
 
 def end_order(jobs: list, table, current: Sequence[str] = ()) -> list[str]:
     """The jobs' ids in order of priority: the ranking a fluid node ends best
-    (``adloader.scheduling.fluid_order.rank``; ``current``: the ranking in force). The node
+    (``adloader.scheduling.policies.fluid_order.rank``; ``current``: the ranking in force). The node
     loads ``table``'s L(D), D the jobs' workers (``table[D, d]``: a job's loading with d of
     the node's D workers, the TPM's); a job takes at most its plan's GPU ceiling
     (c_i·B·F_μ × its GPU share) and, while others run, what its own workers load with the

@@ -7,7 +7,7 @@ use mispredicts them (the median relative error of a kind over ``REFIT_TOLERANCE
 enough samples of that kind, spread widely enough, to fit it from: ``refit.fittable``), the
 model is refitted in a child process (``daemon.model.refit``: one long-lived worker, so
 scikit-learn is not imported again at every refit, and never in the daemon: it predicts
-from the fitted arrays, ``scheduling.compiled``) from each job's newest ``FIT_PER_JOB``
+from the fitted arrays, ``scheduling.model.compiled``) from each job's newest ``FIT_PER_JOB``
 samples, the newest ``FIT_WINDOW`` of each kind, so no one job outweighs the node and the
 store stays bounded.
 Its loading table is made before the node's lock is taken. A model that already predicts
@@ -37,8 +37,8 @@ import numpy as np
 
 from adloader.errors import ConflictError, InputError, StorageError
 from adloader.host.atomic import write_json
-from adloader.scheduling.samples import LoadingSample, TrainingSample
-from adloader.scheduling.throughput import ThroughputModel
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.throughput import ThroughputModel
 
 from ..store.store import Store, valid_sample
 from .refit import MIN_REAL, RefitWorker, fit_in_child, fittable
@@ -98,7 +98,7 @@ def relative_errors(model: ThroughputModel, samples) -> tuple[float, float]:
 def _predicts_without_sklearn(model: dict) -> bool:
     """A kept model whose non-linear parts carry their fitted arrays (one kept by an
     earlier release does not: it is fitted again rather than rebuilt in the daemon)."""
-    from adloader.scheduling.compiled import EXPORTED
+    from adloader.scheduling.model.compiled import EXPORTED
 
     return all(part.get("regressor") not in EXPORTED or "compiled" in part
                for part in (model["training"], model["loading"]))

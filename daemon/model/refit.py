@@ -43,7 +43,7 @@ MIN_SPREAD = 4  # distinct node totals before the loading stages are refitted
 MIN_DISTINCT = 6  # distinct job features (B, n, f, M) before F_μ is refitted: eq. 6 has five
 # coefficients, so fewer points are fitted by many forms and predict nothing for a job not
 # seen (on three jobs' samples every regressor can score R² < 0); a job
-# already seen is predicted by its own correction (``scheduling.correction``), not by a fit
+# already seen is predicted by its own correction (``scheduling.model.correction``), not by a fit
 TIMEOUT_S = 300.0
 IDLE_EXIT_S = 600.0  # a worker with no request for this long exits (its memory goes back)
 WORKER_NICE = 19  # the worker's CPU priority: it runs on what the training jobs leave (not
@@ -52,8 +52,12 @@ WORKER_NICE = 19  # the worker's CPU priority: it runs on what the training jobs
 
 def fit(request: dict) -> dict:
     """The model JSON for ``request`` (runs in the child)."""
-    from adloader.scheduling.samples import LoadingSample, TrainingSample
-    from adloader.scheduling.throughput import LoadingRateModel, ThroughputModel, TrainingRateModel
+    from adloader.scheduling.model.samples import LoadingSample, TrainingSample
+    from adloader.scheduling.model.throughput import (
+        LoadingRateModel,
+        ThroughputModel,
+        TrainingRateModel,
+    )
 
     seed = int(request.get("seed", 0))
     prior = request["prior"]
@@ -210,7 +214,7 @@ def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
     """The worker's loop: a request a line on stdin, its answer a line on stdout
     (``{"model": ...}`` or ``{"error": ...}``); ends when stdin closes or stays idle for
     ``idle_exit_s``."""
-    from adloader.scheduling import throughput
+    from adloader.scheduling.model import throughput
 
     with contextlib.suppress(OSError):  # the jobs' CPU first: fits use what they leave
         os.setpriority(os.PRIO_PROCESS, 0, WORKER_NICE)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 
 from adloader import limits
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
 MODELS_KEPT = 5  # fitted models kept in the store, newest first (the daemon reads the last)
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from adloader.sim import experiments
+from adloader.bench.sim import experiments
 from adloader.sim.trace import fit_to_gpus, load_trace
 
 
@@ -22,10 +22,10 @@ def test_the_mix_is_fitted_onto_the_gpus_there_are(gpus, per_gpu):
 def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch):
     """The GPU branch of the prior, with the GPU timing replaced (no GPU here): α is fitted
     from the mix's models at half, once and twice their per-GPU batch."""
-    from adloader.bench import live as bench_live
+    from adloader.bench.live import live_bench as bench_live
     from adloader.device.device_profile import load_profile
     from adloader.models import features
-    from adloader.scheduling.samples import TrainingSample
+    from adloader.scheduling.model.samples import TrainingSample
 
     paper = load_profile("paper")
     asked = {}
@@ -108,7 +108,7 @@ def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path
 def test_the_limits_are_those_of_the_scaled_mix_on_the_profile():
     """Balance is one schedule: no bound may claim it impossible; the LP's reached Σ stays
     under its own bound; halving the iterations halves the makespan bound."""
-    from adloader.bench.live import LiveConfig, predicted_limits
+    from adloader.bench.live.live_bench import LiveConfig, predicted_limits
 
     trace = load_trace("paper-static")
     full = predicted_limits(LiveConfig(iterations_scale=0.2), "paper", trace, 6)
@@ -145,7 +145,7 @@ def test_bench_live_refuses_bad_settings():
 
 
 def test_rounds_are_paired_with_the_even_split_of_the_same_round():
-    from adloader.bench.live import summarise_rounds
+    from adloader.bench.live.live_bench import summarise_rounds
 
     def run(policy, rnd, jobs, makespan):
         jobs = [{"name": n, "throughput": x, "jct_s": c} for n, (x, c) in jobs.items()]
@@ -233,7 +233,7 @@ def _check_the_report(kit, result):
 
 def test_a_no_daemon_run_gets_its_timeline_from_the_jobs_own_reports():
     """Fixed counts from each job's start to its end; a tuner's changes where it made them."""
-    from adloader.bench.live_report import with_timeline
+    from adloader.bench.live.live_report import with_timeline
 
     run = {"policy": "no daemon: autotune", "makespan_s": 9.0, "aggregate_throughput": 1.0,
            "jobs": [{"name": "a", "start": 102.0, "start_s": 2.0, "end_s": 9.0,
@@ -249,7 +249,7 @@ def test_a_no_daemon_run_gets_its_timeline_from_the_jobs_own_reports():
 def test_the_steady_rate_is_the_nodes_while_every_job_trains():
     """From the last job's first batch (t=2) to the first job's last (t=6): a trains
     10 batches a second there, b 5; batches of 4 samples."""
-    from adloader.bench.nodaemon import steady_rate
+    from adloader.bench.live.nodaemon import steady_rate
 
     a = {"batch_size": 4, "progress": [[0.0, 1], [2.0, 21], [6.0, 61], [8.0, 81]]}
     b = {"batch_size": 4, "progress": [[2.0, 1], [4.0, 11], [7.0, 26]]}
@@ -264,7 +264,7 @@ def test_the_kit_plan_fits_a_lent_machine():
     contention surface; a flag given still applies."""
     import argparse
 
-    from adloader.cli.bench_live import _live_config, live_flags
+    from adloader.cli.bench.bench_live import _live_config, live_flags
 
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")

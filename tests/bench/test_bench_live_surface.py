@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from adloader.bench import live
-from adloader.bench.live_report import model_rows
+from adloader.bench.live import live_bench as live
+from adloader.bench.live.live_report import model_rows
 from adloader.device.device_profile import load_profile, save_profile
 from adloader.device.loading_surface import SurfacePoint
 from adloader.sim.trace import load_trace

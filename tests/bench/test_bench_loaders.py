@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from adloader.bench import loaders as bench_loaders
+from adloader.bench.data import loaders as bench_loaders
 from adloader.errors import InputError
 
 TINY = {"workers": (1, 2), "batches": 3, "warmup": 1, "crop": 16, "image_size": 24,

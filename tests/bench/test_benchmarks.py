@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np  # noqa: F401
 import pytest
 
-from adloader.bench.cache import run_cache_bench
-from adloader.bench.locality import run_gloo_locality_bench, run_locality_bench
+from adloader.bench.data.cache import run_cache_bench
+from adloader.bench.data.locality_bench import run_gloo_locality_bench, run_locality_bench
 from adloader.datapath.eviction import lru_expected
 from adloader.errors import InputError
 
@@ -57,7 +57,7 @@ def test_quick_bench_rows():
 
 
 def test_storage_bench_quick():
-    from adloader.bench.storage import run_storage_bench
+    from adloader.bench.data.storage_bench import run_storage_bench
 
     r = run_storage_bench(quick=True)
     n = r["config"]["images"]
@@ -69,7 +69,7 @@ def test_storage_bench_quick():
 
 
 def test_resize_bench_quick_loses_nothing():
-    from adloader.bench.resize import run_resize_bench
+    from adloader.bench.live.resize import run_resize_bench
 
     result = run_resize_bench(quick=True)
     assert {r["handover"] for r in result["resize"]} == {"drain", "restart", "serial"}

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("h5py")
 
-from adloader.bench.chunks import LOADERS, ORDERS, PATTERNS, run_chunks_bench  # noqa: E402
+from adloader.bench.data.chunks import LOADERS, ORDERS, PATTERNS, run_chunks_bench  # noqa: E402
 from adloader.errors import InputError  # noqa: E402
 
 

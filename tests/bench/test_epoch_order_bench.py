@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.bench.epoch_order import run_epoch_order_bench
+from adloader.bench.data.epoch_order_bench import run_epoch_order_bench
 from adloader.errors import InputError
 
 

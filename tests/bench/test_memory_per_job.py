@@ -2,7 +2,7 @@
 
 A real ``Node`` (the daemon's, as ``adloader daemon`` builds it from its settings) runs in
 this process under ``tracemalloc``; a forked child plays real jobs to it over ZeroMQ
-(``adloader.bench.soak``'s player: 8 long-lived jobs heartbeating throughout, then jobs that
+(``adloader.bench.ops.soak``'s player: 8 long-lived jobs heartbeating throughout, then jobs that
 each register, heartbeat once and finish). Once the first FIRST jobs have ended, been retired
 from memory and pruned past the retention count, and the online model's first refit turn has
 been taken, the traced memory is read (m1); then MORE more jobs are played, and once all have
@@ -35,7 +35,7 @@ import tracemalloc
 
 from daemon_harness import wait_for
 
-from adloader.bench.soak import LIVE, _jobs_player
+from adloader.bench.ops.soak import LIVE, _jobs_player
 from adloader.config import config_from
 from adloader.daemon.node import Node
 from adloader.daemon.store.retention import ENDED_STATES

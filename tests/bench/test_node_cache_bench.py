@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adloader.bench.node_cache import run_node_cache_bench
+from adloader.bench.data.node_cache_bench import run_node_cache_bench
 
 
 def test_the_shared_node_cache_reads_less_from_storage_than_private_caches():

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from adloader import env as names
-from adloader.bench import nodaemon
+from adloader.bench.live import nodaemon
 from adloader.remote.process import DaemonProcess
 from adloader.sim.trace import load_trace
 from adloader.workloads import replay as replay_mod
@@ -78,7 +78,7 @@ def run(tmp_path_factory):
                 crop=64, data=str(data), images=64, timeout_s=300, report_dir=str(reports),
                 poll_s=replay_mod.POLL_S)
             watch.sample()
-            # the daemon predicts from the child's fitted arrays (scheduling.compiled): it
+            # the daemon predicts from the child's fitted arrays (scheduling.model.compiled): it
             # never loads scikit-learn, whichever regressor won
             maps = Path(f"/proc/{daemon.proc.pid}/maps").read_text()
             model = daemon.call("GET", "/v1/model").json()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.bench.shared_cache import run_shared_cache_bench, shared_cache_table
+from adloader.bench.data.shared_cache_bench import run_shared_cache_bench, shared_cache_table
 from adloader.errors import InputError
 
 

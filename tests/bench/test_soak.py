@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.bench.soak import QUICK_JOBS, QUICK_RETAIN, run_soak_bench
+from adloader.bench.ops.soak import QUICK_JOBS, QUICK_RETAIN, run_soak_bench
 from adloader.errors import InputError
 
 

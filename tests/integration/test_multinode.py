@@ -1,5 +1,5 @@
 """Two nodes on one machine: a torchrun job over both, each node's part under its own
-node's daemon; a second job on node 1 (bench/multinode.py). Real daemons, real ranks."""
+node's daemon; a second job on node 1 (bench/ops/multinode.py). Real daemons, real ranks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch.distributed")
 
-from adloader.bench.multinode import run_two_nodes  # noqa: E402
+from adloader.bench.ops.multinode import run_two_nodes  # noqa: E402
 
 
 def test_each_node_governs_its_own_part_and_the_stream_is_unchanged(tmp_path):

@@ -12,7 +12,7 @@ from PIL import Image
 from adloader.cli import main
 from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 from adloader.workloads.dataset import SyntheticJPEGDataset, ensure_images
 from adloader.workloads.measure import (
     fit_alpha,

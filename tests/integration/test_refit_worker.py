@@ -10,7 +10,7 @@ from adloader.daemon.model.refit import RefitWorker, fit_in_child
 from adloader.device import synth
 from adloader.device.device_profile import load_profile
 from adloader.errors import InputError
-from adloader.scheduling.throughput import ThroughputModel
+from adloader.scheduling.model.throughput import ThroughputModel
 
 
 def _request(seed: int = 0) -> dict:

@@ -34,14 +34,14 @@ import adloader, adloader.client
 from adloader import ElasticDataLoader, attach
 loaded = [m for m in {daemon_only!r} if m in sys.modules]
 from importlib.metadata import requires
-from adloader.scheduling import loops
-from adloader.scheduling.allocation import JobDemand
-from adloader.scheduling.policies import get_policy
+from adloader.scheduling.kernels import loops
+from adloader.scheduling.policies.allocation import JobDemand
+from adloader.scheduling.policies.registry import get_policy
 case = json.loads({case!r})
 jobs = [JobDemand(f"j{{i}}", m, remaining=r)
         for i, (m, r) in enumerate(zip(case["mu"], case["left"]))]
 plan = get_policy("ftf")(jobs, case["capacity"], np.array(case["table"]))
-from adloader.scheduling import ftf_kernel
+from adloader.scheduling.kernels import ftf_kernel
 print(json.dumps({{"file": adloader.__file__, "loops": loops.plan.__module__,
                   "kernel": ftf_kernel.__file__,
                   "built": loops.BUILT, "client_loaded": loaded, "plan": plan,
@@ -87,13 +87,13 @@ def installed(tmp_path_factory):
     if shutil.which(os.environ.get("CC", "cc")):
         assert sum(n.endswith(".so") and "_kernel" in n for n in carried) == 2, carried
     # the loops' source beside their build: ``loops.plain`` runs it uncompiled
-    assert {"adloader/scheduling/ftf_kernel.py", "adloader/scheduling/jct_kernel.py"} <= set(
-        carried)
+    assert {"adloader/scheduling/kernels/ftf_kernel.py",
+            "adloader/scheduling/kernels/jct_kernel.py"} <= set(carried)
     assert not any(n.endswith(".c") for n in carried), "the wheel carries the built loops only"
     with tarfile.open(sdist) as tar:
         names = tar.getnames()
     assert not any(n.endswith(".so") for n in names), "an sdist carries no binary"
-    assert any(n.endswith("scheduling/ftf_kernel.py") for n in names)
+    assert any(n.endswith("scheduling/kernels/ftf_kernel.py") for n in names)
     env_dir = work / "venv"
     made = run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)])
     if made.returncode != 0:
@@ -123,15 +123,15 @@ def test_the_sdist_installs_with_no_compiler_and_runs_the_python_loops(installed
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(seen["file"]).resolve().is_relative_to(site.resolve()), seen["file"]
     assert seen["kernel"].endswith("ftf_kernel.py"), seen["kernel"]  # its source, uncompiled
-    assert seen["loops"] == "adloader.scheduling.ftf_kernel" and not seen["built"]
+    assert seen["loops"] == "adloader.scheduling.kernels.ftf_kernel" and not seen["built"]
     assert seen["client_loaded"] == []
     plain = {r.split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip()
              for r in seen["requires"] if "extra ==" not in r}
     assert plain == JOB_SIDE
     assert any("fastapi" in r and 'extra == "daemon"' in r for r in seen["requires"])
     # the same decision as this interpreter's loops (compiled where they were built)
-    from adloader.scheduling.allocation import JobDemand
-    from adloader.scheduling.policies import get_policy
+    from adloader.scheduling.policies.allocation import JobDemand
+    from adloader.scheduling.policies.registry import get_policy
 
     jobs = [JobDemand(f"j{i}", m, remaining=r)
             for i, (m, r) in enumerate(zip(case["mu"], case["left"], strict=True))]

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adloader.errors import InputError
-from adloader.scheduling.allocation import (
+from adloader.scheduling.policies.allocation import (
     JobDemand,
     balance,
     inverse,
@@ -16,7 +16,7 @@ from adloader.scheduling.allocation import (
     total_throughput,
     waa,
 )
-from adloader.scheduling.policies import POLICIES, get_policy
+from adloader.scheduling.policies.registry import POLICIES, get_policy
 
 
 def staged_table(capacity, per_worker=100.0, knee=6, contended=40.0, saturation=None):

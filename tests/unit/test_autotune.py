@@ -1,4 +1,4 @@
-"""The per-job autotuner baseline (adloader/scheduling/autotune.py): alone on a node it
+"""The per-job autotuner baseline (adloader/scheduling/tuners/autotune.py): alone on a node it
 reaches ≥ 0.95× the rate of the job's best fixed ``num_workers``; it adds workers one at a
 time and takes back at most the last one."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.scheduling.autotune import Autotuner
+from adloader.scheduling.tuners.autotune import Autotuner
 
 
 def _run(tuner: Autotuner, rate_of, batch: int = 32, batches: int = 400) -> list[int]:

@@ -1,5 +1,5 @@
 """The per-job autotuner simulated (adloader/sim/autotuned.py): every job runs the tuner the
-live baseline runs (adloader.scheduling.autotune), from its arrival, on the same truth."""
+live baseline runs (adloader.scheduling.tuners.autotune), from its arrival, on the same truth."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from adloader.scheduling.autotune import Autotuner
+from adloader.scheduling.tuners.autotune import Autotuner
 from adloader.sim.autotuned import WINDOW, AutotunedSimulator
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import load_trace

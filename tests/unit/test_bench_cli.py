@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from adloader import cli
-from adloader.cli import bench
+from adloader.cli.bench import bench_commands as bench
 from adloader.errors import InputError
 
 SIM = {"--profile", "--model", "--seed", "--cores", "--window", "--prediction-error",
@@ -203,7 +203,7 @@ def test_live_takes_its_baselines_and_policies_with_cpu_shares():
 
 def test_a_policy_label_names_its_policy_and_cpu_share_rule():
     """One reading of ``POLICY+SUFFIX`` for the command line and the bench that runs it."""
-    from adloader.bench.policy_label import split
+    from adloader.bench.live.policy_label import split
     from adloader.config import CPU_SHARE_RULES
 
     assert split("ftf") == ("ftf", None)
@@ -215,8 +215,8 @@ def test_a_policy_label_names_its_policy_and_cpu_share_rule():
 
 
 def test_live_runs_a_declared_mix_with_its_steps_scaled_and_refuses_it_on_a_real_gpu():
-    from adloader.bench.live import LiveConfig, for_mix
-    from adloader.sim.declared import FAST_GPU_STEPS
+    from adloader.bench.live.live_bench import LiveConfig, for_mix
+    from adloader.bench.sim.declared import FAST_GPU_STEPS
 
     assert _parse("live", "--member", "fast-gpus").member == "fast-gpus"
     with pytest.raises(SystemExit):
@@ -240,7 +240,7 @@ def test_a_floor_slot_that_is_not_a_positive_duration_is_refused_naming_it(value
 
 
 def test_the_one_baseline_gives_every_job_one_worker_and_counts_as_fixed():
-    from adloader.bench import live_rounds, nodaemon
+    from adloader.bench.live import live_rounds, nodaemon
     from adloader.sim.trace import load_trace
 
     trace = load_trace("paper-static")
@@ -249,8 +249,8 @@ def test_the_one_baseline_gives_every_job_one_worker_and_counts_as_fixed():
 
 
 def test_the_no_daemon_rows_name_their_loader_counts_and_order():
-    from adloader.bench import nodaemon
-    from adloader.cli.bench_live import BASELINES
+    from adloader.bench.live import nodaemon
+    from adloader.cli.bench.bench_live import BASELINES
     from adloader.sim.trace import load_trace
 
     assert set(BASELINES) == set(nodaemon.ALL)  # the command line offers every row

@@ -1,9 +1,9 @@
-"""The competent per-job tuner (``adloader.scheduling.climb``), driven by a job whose rate
+"""The competent per-job tuner (``adloader.scheduling.tuners.climb``), driven by a job whose rate
 is a function of its workers."""
 
 from __future__ import annotations
 
-from adloader.scheduling.climb import ClimbingTuner
+from adloader.scheduling.tuners.climb import ClimbingTuner
 
 B = 32
 

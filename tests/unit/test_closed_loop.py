@@ -1,5 +1,5 @@
 """The closed loop (``adloader.scheduling.closed_loop``) and the intake ceiling C_j
-(``adloader.scheduling.intake``), driven by a truth the model gets wrong.
+(``adloader.scheduling.model.intake``), driven by a truth the model gets wrong.
 
 No sockets, processes or sleeps: a ``Truth`` plays the node — each job trains at the rate
 the truth gives its applied workers, heartbeats every half second, and applies a count one
@@ -15,7 +15,7 @@ from adloader.daemon.control.scheduler import Scheduler
 from adloader.daemon.control.tokens import TokenDigest
 from adloader.protocol import Allocation, Heartbeat, JobFeatures, Paused, Register, Resize
 from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
-from adloader.scheduling.intake import FLOOR_MAX, WEIGHT, IntakeCeiling
+from adloader.scheduling.model.intake import FLOOR_MAX, WEIGHT, IntakeCeiling
 from adloader.scheduling.planner import PlanJob, plan
 
 B = 32

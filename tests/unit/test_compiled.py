@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from adloader.scheduling.compiled import EXPORTED, Compiled, export
-from adloader.scheduling.samples import LoadingSample, TrainingSample
-from adloader.scheduling.throughput import (
+from adloader.scheduling.model.compiled import EXPORTED, Compiled, export
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.throughput import (
     LoadingRateModel,
     ThroughputModel,
     TrainingRateModel,
@@ -72,7 +72,7 @@ def test_the_daemon_side_reads_a_nonlinear_model_without_importing_sklearn(tmp_p
     import json
 
     path.write_text(json.dumps(model.to_json()))
-    code = ("import json, sys; from adloader.scheduling.throughput import ThroughputModel; "
+    code = ("import json, sys; from adloader.scheduling.model.throughput import ThroughputModel; "
             f"m = ThroughputModel.from_json(json.load(open({str(path)!r}))); "
             "m.loading_table(16); print(m.training_throughput(128, 2, 2.0, 11.0)); "
             "print(sorted(k for k in sys.modules if k.split('.')[0] in ('sklearn', 'scipy')))")

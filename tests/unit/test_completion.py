@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from adloader.scheduling.allocation import JobDemand, balance
-from adloader.scheduling.jct import jct
-from adloader.scheduling.policies import get_policy
+from adloader.scheduling.policies.allocation import JobDemand, balance
+from adloader.scheduling.policies.jct import jct
+from adloader.scheduling.policies.registry import get_policy
 
 
 def table(capacity: int, per_worker: float = 100.0, contention: float = 0.03) -> np.ndarray:

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
+from adloader.bench.sim.experiments import correction_runs
 from adloader.errors import InputError
-from adloader.scheduling import correction
-from adloader.sim.experiments import correction_runs
+from adloader.scheduling.model import correction
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import load_trace
 

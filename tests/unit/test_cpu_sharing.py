@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adloader.scheduling.gpushare import iteration_rates
+from adloader.scheduling.policies.gpushare import iteration_rates
 from adloader.sim.cpu_sharing import kernel_rates
 
 BATCH = {"gpu_bound": 10, "hungry": 10}

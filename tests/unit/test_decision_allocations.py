@@ -13,9 +13,9 @@ import tracemalloc
 
 import pytest
 
+from adloader.bench.sim.report import setup
 from adloader.models import features
 from adloader.scheduling.planner import PlanJob, plan
-from adloader.sim.report import setup
 
 MODELS = ("Resnet18", "mdResnet12", "smResnet20", "VGG11")
 BUDGET_PEAK_KB = 48  # the most a decision may hold at once (23 KB on 2026-11-26)

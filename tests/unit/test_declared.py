@@ -1,4 +1,4 @@
-"""The declared space of mixes (adloader/sim/declared.py): each member runs against no daemon
+"""The declared space of mixes (bench/sim/declared.py): each member runs against no daemon
 with its floor, and the verdict follows the figures."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from adloader.sim import declared
+from adloader.bench.sim import declared
 
 
 def test_the_space_is_declared_with_the_node_sizes_and_shapes_users_have(paper_profile):

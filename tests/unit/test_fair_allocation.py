@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adloader.errors import InputError
-from adloader.scheduling.allocation import JobDemand, balance, optimal, total_throughput
-from adloader.scheduling.fair import (
+from adloader.scheduling.bounds.fair_frontier import all_plans, oracle_fair, pareto_frontier
+from adloader.scheduling.policies.allocation import JobDemand, balance, optimal, total_throughput
+from adloader.scheduling.policies.fair import (
     FairAllocator,
     _masked_dp,
     _prepare,
@@ -19,8 +20,7 @@ from adloader.scheduling.fair import (
     fair,
     fair_targets,
 )
-from adloader.scheduling.fair_frontier import all_plans, oracle_fair, pareto_frontier
-from adloader.scheduling.policies import get_policy
+from adloader.scheduling.policies.registry import get_policy
 
 
 def staged_table(capacity, per_worker=100.0, knee=6, contended=40.0):
@@ -225,7 +225,7 @@ def test_each_frontier_point_is_what_fair_gets_at_its_alpha():
 def test_schedule_bounds_hold_for_every_two_phase_schedule():
     """Two jobs sharing a node of rate 10 (each alone at most 8): no schedule beats the bounds,
     and one schedule reaches the makespan bound."""
-    from adloader.scheduling.fair_frontier import schedule_bounds
+    from adloader.scheduling.bounds.fair_frontier import schedule_bounds
 
     samples, own = [40.0, 20.0], [8.0, 8.0]
     rate = {frozenset([0]): 8.0, frozenset([1]): 8.0, frozenset([0, 1]): 10.0}
@@ -249,7 +249,7 @@ def test_schedule_bounds_hold_for_every_two_phase_schedule():
 
 
 def test_the_arrival_bound_by_hand_and_against_every_simulated_policy():
-    from adloader.scheduling.fair_frontier import arrival_bound
+    from adloader.scheduling.bounds.fair_frontier import arrival_bound
 
     # two jobs at 0 (100 samples each), one at 10 (50): the node reads ≤ 10/s, each job ≤ 8/s
     b = arrival_bound([0, 0, 10], [100, 100, 50], [8, 8, 8], 10)
@@ -259,9 +259,9 @@ def test_the_arrival_bound_by_hand_and_against_every_simulated_policy():
     with pytest.raises(InputError):
         arrival_bound([0], [1, 2], [1], 1)
 
+    from adloader.bench.sim import experiments
     from adloader.device import synth
     from adloader.device.device_profile import load_profile
-    from adloader.sim import experiments
     from adloader.sim.trace import load_trace
 
     profile = load_profile("paper")

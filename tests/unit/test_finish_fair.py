@@ -8,16 +8,16 @@ import itertools
 import numpy as np
 import pytest
 
+from adloader.bench.sim.experiments import job_ratios
+from adloader.bench.sim.held_out_mixes import random_mixes
 from adloader.errors import InputError
-from adloader.scheduling.allocation import JobDemand
-from adloader.scheduling.fair import fair
-from adloader.scheduling.ftf import WORTH, balance_ends, forward, ftf, worth_planning
-from adloader.scheduling.policies import get_policy
-from adloader.scheduling.policy import Decision
-from adloader.scheduling.priority_plan import priority_plan
-from adloader.scheduling.shadow_balance import SHARED_MOST, ShadowBalance
-from adloader.sim.experiments import job_ratios
-from adloader.sim.held_out_mixes import random_mixes
+from adloader.scheduling.policies.allocation import JobDemand
+from adloader.scheduling.policies.fair import fair
+from adloader.scheduling.policies.ftf import WORTH, balance_ends, forward, ftf, worth_planning
+from adloader.scheduling.policies.policy import Decision
+from adloader.scheduling.policies.priority_plan import priority_plan
+from adloader.scheduling.policies.registry import get_policy
+from adloader.scheduling.policies.shadow_balance import SHARED_MOST, ShadowBalance
 from adloader.sim.simulator import SimConfig, simulate
 from adloader.sim.trace import load_trace
 
@@ -186,7 +186,7 @@ def test_the_job_with_the_most_room_gives_way_when_two_need_their_whole_gpu_rate
     earliest-deadline-first are one order here (short, mid, long): "long" is late behind it,
     moved up it makes "mid" late, and the two trade places; least room first (mid, long,
     short) meets every deadline. Before that start was tried, ``fair``."""
-    from adloader.scheduling.ftf import SLACK
+    from adloader.scheduling.policies.ftf import SLACK
 
     due = {"mid": 33.33, "short": 15.0, "long": 44.1}  # seconds from now, after the slack
     jobs = [JobDemand("mid", 200.0, remaining=6_600.0, deadline=due["mid"] / (1 - SLACK)),
@@ -291,7 +291,7 @@ def test_the_order_search_never_runs_one_order_twice(monkeypatch):
     from adloader.device import synth
     from adloader.device.device_profile import load_profile
     from adloader.scheduling.planner import PlanJob, plan
-    from adloader.scheduling.priority_plan import Rows
+    from adloader.scheduling.policies.priority_plan import Rows
 
     model = synth.fitted_model(load_profile("paper"), 0)
     table = model.loading_table(64)
@@ -319,7 +319,7 @@ def test_the_order_search_never_runs_one_order_twice(monkeypatch):
         assert len(set(runs[start:])) == len(runs) - start, "an order was run twice"
         return out
 
-    monkeypatch.setattr("adloader.scheduling.ftf.ftf", each_call)
+    monkeypatch.setattr("adloader.scheduling.policies.ftf.ftf", each_call)
     policy = get_policy("ftf")
     policy.rebase(64, table)  # its shadow, as a node's scheduler keeps it
     out = plan(jobs, capacity=64, gpus=8, model=model, table=table, policy=policy, now=0.0,

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adloader.bench.sim.held_out_mixes import MIX_SEED
 from adloader.errors import InputError
 from adloader.models import PAPER_MODELS
 from adloader.sim.generator import PAPER_MIX, generate
-from adloader.sim.held_out_mixes import MIX_SEED
 from adloader.sim.trace import load_trace, parse_trace, save_trace
 
 

@@ -1,4 +1,4 @@
-"""``adloader.scheduling.gpushare.fair_shares``: max-min fair GPU time-sharing, on plain dicts.
+"""``scheduling.policies.gpushare.fair_shares``: max-min fair GPU time-sharing, on plain dicts.
 
 Hand-computed placements first, then the properties that define max-min fairness, checked
 on small random placements: feasibility (each GPU's shares sum to ≤ 1, no job above its
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adloader.scheduling.gpushare import fair_shares, iteration_rates
+from adloader.scheduling.policies.gpushare import fair_shares, iteration_rates
 
 TOL = 1e-7
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from adloader.sim import generator, held_out_mixes
+from adloader.bench.sim import held_out_mixes
+from adloader.sim import generator
 
 
 def test_a_test_that_generates_a_held_out_mix_fails():

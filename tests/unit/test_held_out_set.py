@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from adloader.bench.sim import held_out, held_out_mixes, report
 from adloader.errors import InputError
-from adloader.sim import generator, held_out, held_out_mixes, report
+from adloader.sim import generator
 
 ROOT = Path(__file__).resolve().parents[2]
 # the only places the held-out numbers may appear: the set's file and its command's module

@@ -14,14 +14,14 @@ from adloader.config import DaemonConfig, validate
 from adloader.daemon.jobs.job_shares import JobShares, end_order
 from adloader.errors import InputError
 from adloader.host.cpu_share import CpuShares
-from adloader.scheduling.fluid_order import (
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
+from adloader.scheduling.policies.fluid_order import (
     MAKESPAN_SLACK,
     Lane,
     completions,
     plain_key,
     rank,
 )
-from adloader.scheduling.samples import LoadingSample, TrainingSample
 
 
 class _Job:

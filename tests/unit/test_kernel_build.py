@@ -12,7 +12,7 @@ import pytest
 
 @pytest.mark.parametrize("name", ["ftf_kernel", "jct_kernel"])
 def test_each_kernel_is_built_from_its_source(name):
-    module = importlib.import_module(f"adloader.scheduling.{name}")
+    module = importlib.import_module(f"adloader.scheduling.kernels.{name}")
     built = Path(module.__file__)
     source = Path(__file__).resolve().parents[2] / "adloader" / "scheduling" / f"{name}.py"
     assert built.suffix == ".so" and module.COMPILED, f"{name} is not compiled: {built}"

@@ -12,13 +12,13 @@ import json
 import pytest
 from rich.console import Console
 
+from adloader.bench.sim import report
 from adloader.cli import main
 from adloader.device import synth
 from adloader.device.device_profile import load_profile, save_profile
 from adloader.device.loading_surface import LoadingSurface, SurfacePoint
 from adloader.errors import InputError
-from adloader.scheduling.gpushare import iteration_rates
-from adloader.sim import report
+from adloader.scheduling.policies.gpushare import iteration_rates
 from adloader.sim.cpu_sharing import kernel_rates
 from adloader.sim.simulator import SimConfig, Simulator
 from adloader.sim.trace import load_trace

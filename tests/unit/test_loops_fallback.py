@@ -14,10 +14,10 @@ import pytest
 from test_priority_plan import rooted as _rooted  # concave rows, not linear
 from test_priority_plan import staged as _staged  # the staged TPM's rows, linear in d
 
-from adloader.scheduling import ftf_kernel, jct_kernel, loops
-from adloader.scheduling.allocation import JobDemand
-from adloader.scheduling.policies import get_policy
-from adloader.scheduling.priority_plan import linear_rows
+from adloader.scheduling.kernels import ftf_kernel, jct_kernel, loops
+from adloader.scheduling.policies.allocation import JobDemand
+from adloader.scheduling.policies.priority_plan import linear_rows
+from adloader.scheduling.policies.registry import get_policy
 
 if not loops.BUILT:
     pytest.skip("the compiled loops are not built here", allow_module_level=True)
@@ -146,20 +146,21 @@ class NotBuilt(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name in ("cython", "Cython") and {no_cython}:
             raise ModuleNotFoundError(name)
-        if name in ("adloader.scheduling.ftf_kernel", "adloader.scheduling.jct_kernel"):
+        if name in ("adloader.scheduling.kernels.ftf_kernel",
+                    "adloader.scheduling.kernels.jct_kernel"):
             finder = importlib.machinery.FileFinder(
                 path[0], (importlib.machinery.SourceFileLoader, [".py"]))
             return finder.find_spec(name)
 sys.meta_path.insert(0, NotBuilt())
-from adloader.scheduling import ftf_kernel, jct_kernel, loops
-from adloader.scheduling.allocation import JobDemand
-from adloader.scheduling.policies import get_policy
+from adloader.scheduling.kernels import ftf_kernel, jct_kernel, loops
+from adloader.scheduling.policies.allocation import JobDemand
+from adloader.scheduling.policies.registry import get_policy
 assert not loops.BUILT and not loops.COMPILED and not ftf_kernel.COMPILED
 assert ftf_kernel.__file__.endswith(".py") and jct_kernel.__file__.endswith(".py")
 assert loops.plan is ftf_kernel.plan and loops.jct_plan is jct_kernel.jct_plan
 assert loops.plain(ftf_kernel) is ftf_kernel
 assert not ({no_cython} and "cython" in sys.modules)
-stand_in = "adloader.scheduling.plain" if {no_cython} else "cython"
+stand_in = "adloader.scheduling.kernels.plain" if {no_cython} else "cython"
 assert ftf_kernel.cython.__name__ == jct_kernel.cython.__name__ == stand_in
 case = json.loads(sys.argv[1])
 jobs = [JobDemand(f"j{{i}}", m, remaining=r) for i, (m, r) in enumerate(case["jobs"])]
@@ -174,7 +175,7 @@ print(json.dumps([loops.plan.__module__,
 @pytest.mark.parametrize("seed", [0, 4])  # rows linear in d, concave rows
 def test_without_the_compiled_modules_the_same_modules_run_as_plain_python(no_cython, seed):
     """Not built: the kernels' sources import and decide what the build decides, with Cython
-    installed (its shadow module) or without it (``adloader.scheduling.plain``)."""
+    installed (its shadow module) or without it (``adloader.scheduling.kernels.plain``)."""
     _, table, capacity, mu, remaining, *_ = _case(seed)
     case = {"capacity": capacity, "table": table.tolist(),
             "jobs": [[float(m), float(r)] for m, r in zip(mu, remaining, strict=True)]}
@@ -182,7 +183,7 @@ def test_without_the_compiled_modules_the_same_modules_run_as_plain_python(no_cy
                            json.dumps(case)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     module, decided = json.loads(done.stdout.strip().splitlines()[-1])
-    assert module == "adloader.scheduling.ftf_kernel"
+    assert module == "adloader.scheduling.kernels.ftf_kernel"
     jobs = [JobDemand(f"j{i}", float(m), remaining=float(r))
             for i, (m, r) in enumerate(zip(mu, remaining, strict=True))]
     assert loops.COMPILED

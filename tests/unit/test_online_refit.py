@@ -10,7 +10,7 @@ from adloader.daemon.model import online_model
 from adloader.daemon.model.online_model import REFIT_EVERY, REFIT_TOLERANCE, OnlineModel
 from adloader.device import synth
 from adloader.device.device_profile import load_profile
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
 
 class _Store:
@@ -130,7 +130,7 @@ def test_a_kept_prior_without_its_arrays_is_fitted_again(tmp_path, monkeypatch):
     in the daemon, loading scikit-learn: it is fitted again in the child instead."""
     import json
 
-    from adloader.scheduling.compiled import EXPORTED
+    from adloader.scheduling.model.compiled import EXPORTED
 
     model = synth.fitted_model(load_profile("paper"), 0).to_json()
     cache = tmp_path / "prior.json"

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from adloader.scheduling.allocation import oracle, total_throughput
 from adloader.scheduling.planner import PlanJob, demands, plan
-from adloader.scheduling.policies import POLICIES
+from adloader.scheduling.policies.allocation import oracle, total_throughput
+from adloader.scheduling.policies.registry import POLICIES
 
 
 class RateModel:

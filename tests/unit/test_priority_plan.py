@@ -8,11 +8,11 @@ import itertools
 import numpy as np
 import pytest
 
+from adloader.bench.sim.experiments import _loading_table
 from adloader.device import synth
 from adloader.device.device_profile import load_profile
-from adloader.scheduling import loops  # compiled where built, else as plain Python
-from adloader.scheduling.priority_plan import Rows, linear_rows, priority_plan
-from adloader.sim.experiments import _loading_table
+from adloader.scheduling.kernels import loops  # compiled where built, else as plain Python
+from adloader.scheduling.policies.priority_plan import Rows, linear_rows, priority_plan
 
 
 def staged(capacity: int, per_worker: float, knee: int, slope: float) -> np.ndarray:
@@ -101,7 +101,7 @@ def test_the_rows_follow_their_table():
 def test_absurd_rates_still_get_a_plan(mu):
     """A rate no job has (a lying or broken prediction) gives a plan within the node, at
     once: the compiled loops neither overflow a step count nor spin."""
-    from adloader.scheduling.ftf import forward
+    from adloader.scheduling.policies.ftf import forward
 
     table = _loading_table(16)
     plan = priority_plan(np.array(mu), table, 16)

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from adloader.bench.sim import held_out_mixes
 from adloader.errors import InputError
-from adloader.sim import held_out_mixes, no_daemon
+from adloader.sim import no_daemon
 
 POLICIES = ["requested", *held_out_mixes.MIX_POLICIES]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from adloader.bench.sim.experiments import static
 from adloader.errors import InputError
-from adloader.scheduling.schedule_lp import best_schedule, pareto_rows
-from adloader.sim.experiments import static
+from adloader.scheduling.bounds.schedule_lp import best_schedule, pareto_rows
 from adloader.sim.schedule_oracle import static_schedule_oracle
 from adloader.sim.trace import load_trace
 
@@ -63,7 +63,7 @@ def test_static_mix_oracle_bounds_every_policy(paper_profile, paper_model):
 
 # -- least_mean_jct: the floor under every schedule's mean completion time ---------------
 def test_the_jct_floor_runs_jobs_one_after_another_when_only_the_cpu_binds():
-    from adloader.scheduling.schedule_lp import least_mean_jct
+    from adloader.scheduling.bounds.schedule_lp import least_mean_jct
 
     # 4 jobs of 1 sample, the node loads 2 samples/s, GPUs never bind: shortest first, one at
     # a time, ends at 0.5, 1, 1.5, 2 (mean 1.25); sharing the CPU evenly would end all at 2
@@ -79,7 +79,7 @@ def test_the_jct_floor_runs_jobs_one_after_another_when_only_the_cpu_binds():
 
 
 def test_the_jct_floor_holds_each_job_to_its_intake_and_its_deadline():
-    from adloader.scheduling.schedule_lp import least_mean_jct
+    from adloader.scheduling.bounds.schedule_lp import least_mean_jct
 
     # 2 jobs of 1 sample, the node loads 2 samples/s; each takes in at most 1 sample/s: the
     # CPU cannot run one after the other faster, both end at 1 s
@@ -102,7 +102,7 @@ def test_on_the_gpu_node_truth_no_schedule_within_the_nodes_workers_ends_the_sta
     """The floor behind the simulated target's verdict: each job held to its intake ceiling,
     the node to L(capacity), no job later than 1/0.95 of its even-split JCT: no schedule's
     mean JCT is 0.9x the even split's."""
-    from adloader.scheduling.schedule_lp import least_mean_jct
+    from adloader.scheduling.bounds.schedule_lp import least_mean_jct
     from adloader.sim.simulator import SimConfig, Simulator
     from adloader.sim.trace import load_trace
 

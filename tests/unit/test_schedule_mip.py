@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from adloader.errors import InputError
-from adloader.scheduling.schedule_lp import least_mean_jct
-from adloader.scheduling.schedule_mip import least_total_completion
+from adloader.scheduling.bounds.schedule_lp import least_mean_jct
+from adloader.scheduling.bounds.schedule_mip import least_total_completion
 
 FAST = 1e-6  # GPU seconds a sample: the GPUs never bind
 

@@ -34,7 +34,7 @@ from adloader.protocol import (
     Stop,
     replaced,
 )
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
 RESNET18 = {"batch_size": 32, "gpus": 1, "flops_g": 3.63, "params_m": 11.7}
 CAPACITY, GPUS = 8, 2
@@ -768,7 +768,7 @@ def test_a_job_fed_too_little_then_enough_is_corrected_at_its_first_gpu_bound_be
     """Warm-up is a job's first seconds of steps, not its first GPU-bound ones: a job that
     ran waiting on its loader for longer than WARMUP_S (its workers went to another job
     first, as ``ftf`` does) is corrected as soon as its GPU stops waiting."""
-    from adloader.scheduling.correction import WARMUP_S
+    from adloader.scheduling.model.correction import WARMUP_S
 
     start(sched, clock, "j-000001", "j-000002")
     job = sched.jobs["j-000001"]
@@ -792,7 +792,7 @@ def test_a_heartbeat_lying_about_its_steps_moves_its_own_correction_only_within_
         clock.advance(2.0)
         sched.message(peer(liar.id), heartbeat(sched, liar.id, step_s=1e-9))
         sched.tick()
-    from adloader.scheduling.correction import LIMITS
+    from adloader.scheduling.model.correction import LIMITS
 
     assert liar.rate_scale == LIMITS[1] and sched.jobs["j-000002"].rate_scale == 1.0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from adloader.sim.report import setup
+from adloader.bench.sim.report import setup
 from adloader.sim.simulator import simulate
 from adloader.sim.trace import load_trace
 

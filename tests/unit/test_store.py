@@ -14,7 +14,7 @@ import pytest
 from adloader.daemon.store.store import Store
 from adloader.errors import StorageError
 from adloader.rest import JobSpec
-from adloader.scheduling.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
 SPEC = JobSpec(name="r18", command=["python", "train.py"], features={"flops_g": 3.6,
                "params_m": 11.7}, batch_size=32, iterations=100)  # fmt: skip

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from adloader.errors import InputError
-from adloader.scheduling.samples import LoadingSample, TrainingSample
-from adloader.scheduling.throughput import LoadingRateModel, ThroughputModel
+from adloader.scheduling.model.samples import LoadingSample, TrainingSample
+from adloader.scheduling.model.throughput import LoadingRateModel, ThroughputModel
 
 
 def test_paper_profile_targets_r2(paper_model):

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from adloader.bench.sim import report
 from adloader.device import synth
 from adloader.errors import InputError
 from adloader.models import features
-from adloader.sim import report
 from adloader.sim.simulator import SimConfig, SimJob, Simulator, gpu_rates
 from adloader.sim.trace import TraceJob, load_trace
 from adloader.sim.truth import TRUTHS, load_truth, published_truth, tpm_error

@@ -1,0 +1,108 @@
+"""A competent per-job tuner, the strongest thing a user runs without a node daemon: the job
+climbs its own ``num_workers`` on its measured rate, in-process, and never stops looking.
+
+The algorithm, fixed before it was measured (as tf.data's AUTOTUNE does for its parallelism:
+a sensible start under a CPU budget, then in-process optimisation without restarting the
+pool):
+
+1. start at ``start`` workers — the node's cores ÷ the jobs the user runs on it (what a
+   careful user sets) — within [1, ``budget``], the node's cores;
+2. measure windows of ``window`` batches: the rate (samples over the window's wall time);
+   the ``settle`` batches after a change are the new workers' cold start and are not read;
+3. a step tries one worker more (the job waited on its loader for more than
+   ``wait_threshold`` of the window) or one fewer (it did not: a worker may be idle); it
+   stays if the rate rose by ``min_gain`` at least against the best count's last window,
+   and the climb goes on that way; otherwise the count goes back to the best and the
+   other way is tried once; when neither way gains, the count holds;
+4. held, it looks again every ``repeat`` windows (the node around it changes: other jobs
+   start and end), from the best count, with the best count's rate measured anew.
+
+Pure: ``observe`` once a batch; the caller resizes its loader when the count changes
+(``ElasticDataLoader.resize``: no pool restart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from adloader.scheduling.tuners.batch_window import BatchWindow
+
+
+@dataclass
+class ClimbingTuner:
+    """One job's tuner (see the module). ``observe`` once a batch; it says the workers."""
+
+    start: int
+    budget: int
+    window: int = 20
+    settle: int = 5
+    wait_threshold: float = 0.05
+    min_gain: float = 0.03
+    repeat: int = 10
+    workers: int = field(init=False)
+    best: int = field(init=False)
+    best_rate: float = field(init=False, default=0.0)
+    history: list[tuple[int, float, float]] = field(init=False, default_factory=list)
+    _direction: int = field(init=False, default=0)  # the step under trial: +1, −1; 0: none
+    _tried: set = field(init=False, default_factory=set)  # the ways that failed from best
+    _held: int = field(init=False, default=0)  # windows held since the climb stopped
+    _skip: int = field(init=False, default=0)  # batches of a cold start still to skip
+    _window: BatchWindow = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.budget = max(1, int(self.budget))
+        self.workers = self.best = max(1, min(int(self.start), self.budget))
+        self._skip = self.settle
+        self._window = BatchWindow(self.window)
+
+    def observe(self, samples: int, wait_s: float, step_s: float) -> int:
+        """One batch: ``samples`` in it, ``wait_s`` blocked on the loader, ``step_s`` the
+        rest of the iteration. Returns the workers to use from the next batch on."""
+        if self._skip > 0:  # the new workers' first batches: not the count's rate
+            self._skip -= 1
+            return self.workers
+        read = self._window.add(samples, wait_s, step_s)
+        if read is None:
+            return self.workers
+        rate, waited = read
+        self.history.append((self.workers, rate, waited))
+        return self._decide(rate, waited)
+
+    def _decide(self, rate: float, waited: float) -> int:
+        if self._direction == 0:  # at the best count: its rate, then perhaps a step
+            self.best_rate = rate
+            if len(self._tried) == 2:  # neither way gained: hold, then look again
+                self._held += 1
+                if self._held < self.repeat:
+                    return self.workers
+                self._held, self._tried = 0, set()
+            way = 1 if waited > self.wait_threshold else -1
+            if way in self._tried:
+                way = -way
+            return self._step(way)
+        if rate >= (1 + self.min_gain) * self.best_rate:  # the step gained: keep climbing
+            self.best, self.best_rate, self._tried = self.workers, rate, set()
+            return self._step(self._direction)
+        self._tried.add(self._direction)  # it did not: back to the best count
+        self._direction = 0
+        return self._set(self.best)
+
+    def _step(self, way: int) -> int:
+        target = self.best + way
+        if not 1 <= target <= self.budget:
+            self._tried.add(way)
+            if len(self._tried) == 2:
+                self._direction = 0
+                return self.workers
+            way, target = -way, self.best - way
+            if not 1 <= target <= self.budget:
+                self._tried.add(way)
+                self._direction = 0
+                return self.workers
+        self._direction = way
+        return self._set(target)
+
+    def _set(self, workers: int) -> int:
+        if workers != self.workers:
+            self.workers, self._skip = workers, self.settle
+        return self.workers
