@@ -180,7 +180,11 @@ BENCHMARKS: dict[str, Bench] = {
                   (QUICK, live_flags, JSON_PLOT)),
     "tuner": Bench(bench_tuner, "the competent per-job tuner alone, live, against each job's "
                                 "best fixed num_workers in hindsight",
-                   (QUICK, _rounds("rounds (default 2)"), JSON)),
+                   (QUICK, _rounds("rounds (default 2)"),
+                    _flag("--iterations-scale", type=float, default=None,
+                          help="each job's stated iterations × this (default 0.3: ~150 "
+                               "batches; the tuner's trials weigh less on longer jobs)"),
+                    JSON)),
     "api": Bench(bench_api, "REST latency, daemon memory and CPU with N heartbeating masters",
                  (QUICK, api_flags, JSON)),
     "resize": Bench(bench_resize, "live resizes and per-batch cost against torch's DataLoader",
@@ -196,7 +200,11 @@ BENCHMARKS: dict[str, Bench] = {
                                               "against multi-job MIN (simulated)", (QUICK, JSON)),
     "node-cache": Bench(bench_node_cache, "three real jobs, two on one dataset: no cache, "
                                           "private caches, the daemon's shared node cache",
-                        (QUICK, _rounds("rounds (default 2)"), JSON)),
+                        (QUICK, _rounds("rounds (default 2)"),
+                    _flag("--iterations-scale", type=float, default=None,
+                          help="each job's stated iterations × this (default 0.3: ~150 "
+                               "batches; the tuner's trials weigh less on longer jobs)"),
+                    JSON)),
     "cluster": Bench(bench_cluster, "placement on a simulated cluster of adloader nodes: "
                                     "spread, bin-packing, loading-aware",
                      (QUICK, _sim("--profile", "--seed"), JSON)),

@@ -236,14 +236,18 @@ def bench_tuner(args) -> int:
 
     console = _output.console()
     quick = getattr(args, "quick", False)
+    scale = getattr(args, "iterations_scale", None)
+    if scale is not None and scale <= 0:
+        raise InputError(f"bench tuner: --iterations-scale must be > 0, not {scale}")
     result = tuner_bar(rounds=args.rounds or (1 if quick else 2),
-                       iterations_scale=0.1 if quick else 0.3,
+                       iterations_scale=scale or (0.1 if quick else 0.3),
                        progress=lambda m: console.print(f"  {m}"))
     counts = range(1, result["capacity"] + 1)
     console.print(_output.table(
         f"each job of {result['trace']} alone on ElasticDataLoader, no daemon: samples/s at "
         f"each fixed num_workers and with the tuner (from {result['jobs'][0]['tuner_start']}, "
-        f"within {result['capacity']}); medians of {result['rounds']} rounds",
+        f"within {result['capacity']}); {result['iterations_scale']} × the stated iterations; "
+        f"medians of {result['rounds']} rounds",
         ["job", *(str(d) for d in counts), "best fixed (hindsight)", "tuner",
          "tuner × best", f"≥ {result['bar']:.2f}"],
         [[j["name"], *(f"{j['fixed'][d]:.0f}" for d in counts),
