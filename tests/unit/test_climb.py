@@ -69,3 +69,20 @@ def test_the_batches_of_a_cold_start_are_not_read():
     assert len(tuner.history) == 1  # the new count's cold batches, then its window
     drive(tuner, peaked(8), 1)
     assert len(tuner.history) == 2 and tuner.workers == 4
+
+
+def test_a_clearly_worse_step_is_judged_at_half_a_window_a_close_one_at_a_whole():
+    """A step that halves the rate goes back after settle + window/2 batches; one within
+    ``abort_loss`` of the best is read over the whole window before it is judged."""
+    def batches_at(counts, d):
+        return sum(1 for c in counts if c == d)
+
+    steep = ClimbingTuner(start=2, budget=2, window=20, settle=5)  # only a step down to try
+    counts = drive(steep, lambda d: 100.0 * d, 80)  # 1 worker: half the rate
+    assert counts[:24] == [2] * 24  # its cold start and a window at the start count
+    assert batches_at(counts, 1) == 5 + 10  # its cold start, then half a window
+
+    close = ClimbingTuner(start=2, budget=2, window=20, settle=5)
+    counts = drive(close, lambda d: 100.0 if d == 2 else 95.0, 80)  # 5 % worse: not clearly
+    assert batches_at(counts, 1) == 5 + 20
+    assert steep.best == close.best == 2

@@ -24,7 +24,20 @@ class BatchWindow:
         self._time += max(wait_s, 0.0) + max(step_s, 0.0)
         if self._batches < self.size:
             return None
-        out = (self._samples / max(self._time, 1e-9), self._wait / max(self._time, 1e-9))
+        return self.close()
+
+    @property
+    def batches(self) -> int:
+        """The batches in the window so far."""
+        return self._batches
+
+    def peek(self) -> tuple[float, float]:
+        """The window so far (samples/s, waited fraction), left open."""
+        return self._samples / max(self._time, 1e-9), self._wait / max(self._time, 1e-9)
+
+    def close(self) -> tuple[float, float]:
+        """The window so far, as ``peek``; a new window starts."""
+        out = self.peek()
         self._batches = self._samples = 0
         self._wait = self._time = 0.0
         return out

@@ -39,6 +39,7 @@ class ClimbingTuner:
     wait_threshold: float = 0.05
     min_gain: float = 0.03
     repeat: int = 10
+    abort_loss: float = 0.15
     workers: int = field(init=False)
     best: int = field(init=False)
     best_rate: float = field(init=False, default=0.0)
@@ -62,6 +63,9 @@ class ClimbingTuner:
             self._skip -= 1
             return self.workers
         read = self._window.add(samples, wait_s, step_s)
+        if (read is None and self._direction and self._window.batches * 2 == self.window
+                and self._window.peek()[0] < (1 - self.abort_loss) * self.best_rate):
+            read = self._window.close()  # a step under trial, clearly worse at half a window
         if read is None:
             return self.workers
         rate, waited = read
