@@ -1,9 +1,8 @@
 """A competent per-job tuner, the strongest thing a user runs without a node daemon: the job
 climbs its own ``num_workers`` on its measured rate, in-process, and never stops looking.
 
-The algorithm, fixed before it was measured (as tf.data's AUTOTUNE does for its parallelism:
-a sensible start under a CPU budget, then in-process optimisation without restarting the
-pool):
+The algorithm (as tf.data's AUTOTUNE does for its parallelism: a sensible start under a
+CPU budget, then in-process optimisation without restarting the pool):
 
 1. start at ``start`` workers — the node's cores ÷ the jobs the user runs on it (what a
    careful user sets) — within [1, ``budget``], the node's cores;
