@@ -18,20 +18,19 @@ the policy decides whether the sample enters the cache and what leaves.
   farthest-needed cached sample ("prioritizing the prefetches with the nearest reuse
   distance"), looked up ``prefetch`` iterations ahead. That is MIN with iterations for
   positions, so it stays within a hair of it (ties inside an iteration, and a hit keeps its
-  slot until its iteration is consumed): the best online policy here, ≥ 0.99× MIN on the
-  ImageNet-sized streams of ``bench cache``, one node or 2 of 8 ranks.
+  slot until its iteration is consumed).
   ``lobster-lazy``: every miss is let in at the farthest-needed sample's cost, as the paper's
-  prefetcher does — 0.97× MIN at a 10 % cache on the quick 2-of-8-ranks stream, far below
-  when the cache is not much larger than what the prefetch window reads (0.4× at 2 %, all
-  ranks on one node). ``lobster(eager=True)``: the paper's reuse-distance rule taken
-  literally (evict what the next epoch does not read at once, room or not) — a node reading
-  part of each epoch then keeps only next-epoch reuse, and its hit ratio no longer grows
-  with the cache (0.1686 at 10, 30 and 50 %).
+  prefetcher does — below MIN when the cache is not much larger than what the prefetch
+  window reads. ``lobster(eager=True)``: the paper's reuse-distance rule taken literally
+  (evict what the next epoch does not read at once, room or not) — a node reading part of
+  each epoch then keeps only next-epoch reuse, and its hit ratio no longer grows with the
+  cache.
 - ``nopfs``: NoPFS §5.1 — static placement of the samples the node reads most often (r_k),
   each filled on its first access and never evicted; optional tiers (RAM, SSD) → per-tier
   hits. Optimal among static placements, equal to MIN when every sample is read equally often
-  (one node, all ranks) or the cache holds all the node reuses; below it otherwise (0.7× at a
-  10 % cache with 2 of 8 ranks: it cannot reuse a slot within the run).
+  (one node, all ranks) or the cache holds all the node reuses; below it otherwise (it cannot
+  reuse a slot within the run). Each policy's hit ratio against MIN: ``adloader bench
+  cache`` (docs/benchmarks.md).
 - ``lru``: least recently used, the non-clairvoyant reference; hit iff the LRU stack distance
   (distinct samples since the last access) is < capacity — computed for all accesses at once
   (wavelet counting, numpy). On shuffled epochs ≈ c²/2 at cache fraction c (``lru_expected``).

@@ -3,8 +3,8 @@ time-indexed mixed-integer program over the whole trace.
 
 ``schedule_lp.least_mean_jct`` is exact for jobs present together; jobs arriving apart it
 can only bound group by group, each group alone (dropping what the groups take from one
-another: the paper's dynamic trace floors at 0.796× the best fixed setting that way, while
-the schedules found stop near 0.85×). Here the whole trace is one program, in slots of
+another, a floor far under what any schedule reaches). Here the whole trace is one program,
+in slots of
 ``slot_s`` seconds. Rates lie in the same set R as there: the node loads at most L samples/s
 (the peak of L(D)), each job at most r_i = min(L, 1/τ_i, G/(g_i·τ_i)), and the node's GPUs are
 busy at most all the time, Σ_i g_i·τ_i·r_i ≤ G (τ_i: GPU seconds a sample; any placement).

@@ -92,11 +92,7 @@ def worth_planning(table: np.ndarray, capacity: int, jobs: int) -> tuple[np.ndar
     """(the table crediting no gain past D*, D*): D* the fewest node workers whose L(D) =
     λ(D; D) is within ``WORTH`` of the most any D ≤ C loads (at least one worker a job); each
     row D > D* scaled to load no more than L(D*) (a decline past it is kept). A worker the
-    table credits with less buys nothing the profile can show and costs the node: this
-    machine's static mix loaded 1.5 % less with 6 workers than with 3 with no daemon, where
-    one pipeline alone read them within noise, and the plan that took them ended the mix
-    1.059× the best fixed setting's makespan (``docs/benchmarks.md``, "Workers the profile
-    cannot show")."""
+    table credits with less buys nothing the profile can show, and the plan does not take it."""
     top = min(int(capacity), table.shape[0] - 1)
     if top < 1:
         return table, int(capacity)
