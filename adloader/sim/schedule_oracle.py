@@ -147,7 +147,8 @@ def whole_trace_floor(trace: Trace, profile: DeviceProfile, model: ThroughputMod
                                  [j.step_s / j.spec.batch_size for j in jobs],
                                  [j.spec.gpus for j in jobs], sim.gpus, slot_s=slot_s,
                                  time_limit_s=time_limit_s, deadlines=None if deadlines is None
-                                 else [j.spec.arrival_s + deadlines[j.name] for j in jobs])
+                                 else [j.spec.arrival_s + deadlines[j.name] for j in jobs],
+                                 intake=[sim.intake.get(j.name, 0.0) for j in jobs])
     if out["ends"] is not None:
         out["ends"] = {j.name: c for j, c in zip(jobs, out["ends"], strict=True)}
     return out

@@ -149,3 +149,17 @@ def test_the_fair_floor_is_between_the_floor_and_the_even_split(paper_profile, p
     tight = no_daemon.fair_floor(trace, paper_profile, paper_model, config, rows, 1.0,
                                  slack=0.5)  # every job in half its even-split time
     assert not tight["feasible"]
+
+
+def test_an_intake_ceiling_holds_each_job_to_it_by_hand():
+    # the node loads 100 samples/s, but A takes in at most 50: A alone (1,000 samples) ends
+    # at 20, not 10; B (500 at 5) loads beside it with the other 50 and ends at 15.
+    free = least_total_completion([1000, 500], [0, 5], 100.0, [FAST] * 2, [1, 1], 4,
+                                  slot_s=1.0)
+    capped = least_total_completion([1000, 500], [0, 5], 100.0, [FAST] * 2, [1, 1], 4,
+                                    slot_s=1.0, intake=[50.0, 0.0])
+    assert capped["optimal"]
+    assert capped["mean_jct"] == pytest.approx((20 + 10) / 2, abs=0.6)
+    assert capped["mean_jct"] > free["mean_jct"] + 4
+    with pytest.raises(InputError, match="intake ceiling"):
+        least_total_completion([1, 2], [0, 0], 1.0, [FAST] * 2, [1, 1], 1, intake=[-1.0, 0.0])

@@ -35,7 +35,8 @@ def least_total_completion(samples: Sequence[float], arrivals: Sequence[float],
                            node_gpus: int, slot_s: float = 2.0,
                            horizon_s: float | None = None,
                            time_limit_s: float = 600.0,
-                           deadlines: Sequence[float] | None = None) -> dict:
+                           deadlines: Sequence[float] | None = None,
+                           intake: Sequence[float] | None = None) -> dict:
     """The floor (see the module): ``mean_jct`` (what no schedule goes under: the program's
     dual bound), ``solved_mean_jct`` (its best point: equal when ``optimal``), per job the
     slot it ends in at that point (``ends``, seconds), ``slot_s``, ``horizon_s``.
@@ -44,7 +45,8 @@ def least_total_completion(samples: Sequence[float], arrivals: Sequence[float],
     schedules that end every job by its deadline — a job done by D_i is done by the end of
     the first slot that ends at or after D_i, so z is 1 from that slot on (looser by at most
     a slot: still a floor). ``feasible`` is False, and ``mean_jct`` infinite, where no point
-    of the program meets them: then no schedule does."""
+    of the program meets them: then no schedule does. ``intake`` (samples/s, 0 for none):
+    each job's intake ceiling, the most its training loop takes in whatever it is given."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
@@ -61,6 +63,11 @@ def least_total_completion(samples: Sequence[float], arrivals: Sequence[float],
         raise InputError("least_total_completion: loading, GPUs, slot, samples and GPU time "
                          "a sample > 0, arrivals ≥ 0")
     rate = np.minimum.reduce([np.full(n, float(loading)), 1.0 / tau, node_gpus / (g * tau)])
+    if intake is not None:
+        ceiling = np.asarray(intake, dtype=float)
+        if len(ceiling) != n or np.any(ceiling < 0):
+            raise InputError("least_total_completion: an intake ceiling ≥ 0 for every job")
+        rate = np.where(ceiling > 0, np.minimum(rate, ceiling), rate)
     if horizon_s is None:  # room for every job after the last arrival, one after another
         horizon_s = float(a.max() + (s / rate).sum())
     dt = float(slot_s)
