@@ -26,7 +26,7 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
              "--policies", "--baselines", "--report", "--member"}
     | OUT,
     "api": {"--quick", "--masters", "--json"},
-    "tuner": {"--quick", "--rounds", "--json"},
+    "tuner": {"--quick", "--rounds", "--iterations-scale", "--json"},
     "soak": {"--quick", "--jobs", "--json"},
     "resize": {"--quick", "--json"},
     "cache": {"--quick", "--ranks-per-node", "--json"},

@@ -14,7 +14,8 @@ import pytest
 def test_each_kernel_is_built_from_its_source(name):
     module = importlib.import_module(f"adloader.scheduling.kernels.{name}")
     built = Path(module.__file__)
-    source = Path(__file__).resolve().parents[2] / "adloader" / "scheduling" / f"{name}.py"
+    kernels = Path(__file__).resolve().parents[2] / "adloader" / "scheduling" / "kernels"
+    source = kernels / f"{name}.py"
     assert built.suffix == ".so" and module.COMPILED, f"{name} is not compiled: {built}"
     if built.parent == source.parent:  # an editable install: built beside its source
         assert built.stat().st_mtime >= source.stat().st_mtime, (

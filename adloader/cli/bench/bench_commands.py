@@ -200,11 +200,7 @@ BENCHMARKS: dict[str, Bench] = {
                                               "against multi-job MIN (simulated)", (QUICK, JSON)),
     "node-cache": Bench(bench_node_cache, "three real jobs, two on one dataset: no cache, "
                                           "private caches, the daemon's shared node cache",
-                        (QUICK, _rounds("rounds (default 2)"),
-                    _flag("--iterations-scale", type=float, default=None,
-                          help="each job's stated iterations × this (default 0.3: ~150 "
-                               "batches; the tuner's trials weigh less on longer jobs)"),
-                    JSON)),
+                        (QUICK, _rounds("rounds (default 2)"), JSON)),
     "cluster": Bench(bench_cluster, "placement on a simulated cluster of adloader nodes: "
                                     "spread, bin-packing, loading-aware",
                      (QUICK, _sim("--profile", "--seed"), JSON)),
