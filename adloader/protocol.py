@@ -18,8 +18,8 @@ rolled back to it still takes this release's jobs, and its jobs this daemon's me
 version; this release's master does not send it yet (release 0 would refuse it). The rule
 from here: add fields freely; send a field an older peer cannot ignore only to a peer whose
 version says it knows it. Tested with frames from newer and older masters
-(``tests/unit/test_protocol_versions.py``) and with the release before this one, a job and
-a daemon of each, restarted under each other (``tests/integration/test_upgrade.py``).
+(``tests/unit/contracts/test_protocol_versions.py``) and with the release before this one, a job and
+a daemon of each, restarted under each other (``tests/integration/ops/test_upgrade.py``).
 
 The messages are msgspec Structs, not pydantic models: every job imports this module as it
 starts, beside two or three others on a node whose cores are already its bottleneck, and

@@ -1,6 +1,6 @@
 """A NodeService in memory (jobs queued on submit, cancelled on request), for the REST API's
-tests: in process (``unit/test_api.py``) and behind a real server (``integration/
-test_client_cli.py``)."""
+tests: in process (``unit/contracts/test_api.py``) and behind a real server
+(``integration/cli/test_client_cli.py``)."""
 
 from __future__ import annotations
 

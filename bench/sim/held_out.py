@@ -6,7 +6,7 @@ these have not.
 
 Nothing else may generate them: ``random_mixes`` refuses their seeds unless this command
 asks, tests/conftest.py fails any test that generates one (plumbing tests included), and
-tests/unit/test_held_out_set.py fails if their numbers appear anywhere else in the
+tests/unit/bench/test_held_out_set.py fails if their numbers appear anywhere else in the
 repository's code, tests or benches."""
 
 from __future__ import annotations

@@ -88,4 +88,4 @@ HISTORY_VIEW = " || ',' || ".join([
     _field("uid", "json_quote(uid)"), _field("spec", "spec") + " || '}'"])
 """A job of the history as ``JobView.from_record`` shows it (nothing live), written by SQLite
 from its row, its spec spliced in as stored: a page of 500 is built in C, outside the GIL,
-no record made (tests/unit/test_store_retention.py holds it to ``from_record``'s answer)."""
+no record made (tests/unit/daemon/test_store_retention.py holds it to ``from_record``'s answer)."""

@@ -14,7 +14,7 @@ master) and per second the daemon runs (all of it; and the REST serving of its m
 where the replay's polls land). Each budget sits between what this machine measures now and
 what the waste that was cut cost (``docs/benchmarks.md``, "Overhead, where it goes", has both,
 and the full-length bench that must meet 0.01). The refits are gated apart
-(``tests/integration/test_refit_worker.py``): this run's few samples make every fit trivial.
+(``tests/integration/daemon/test_refit_worker.py``): this run's few samples make every fit trivial.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Record the control traffic of real jobs with a real daemon, for the replay test
-(``tests/integration/test_protocol_replay.py``).
+(``tests/integration/daemon/test_protocol_replay.py``).
 
 What it does: starts a real daemon (``daemon_harness.Daemon``, its state in a temporary
 folder), puts a tiny forwarder between the jobs and the daemon's control socket (a ROUTER the

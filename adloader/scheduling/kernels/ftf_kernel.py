@@ -13,7 +13,7 @@ they read lists (``adloader.scheduling.kernels.plain``), which the public functi
 else differs. Integers stay inside C's range but for a NaN rate (a broken prediction): its
 step count is the least ``long long`` both ways (what x86 makes of a NaN cast), and the
 totals it reaches are NaN both ways, so the plan is the same
-(``tests/unit/test_loops_fallback.py``).
+(``tests/unit/scheduling/policies/test_loops_fallback.py``).
 
 The plan, per node total D = N..C (E = D − N workers beyond one each), then the best D
 (the first within 1e-9 of the most: ties to fewer workers); the scan stops at the first D

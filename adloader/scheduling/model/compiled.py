@@ -6,7 +6,7 @@ rebuilding it from the model's samples imported scikit-learn into the daemon —
 CPU-seconds and ~100 MB of heap once a daemon life — and fitted it again at every online
 fit. The child, which has fitted it anyway, exports the fitted parameters instead; the daemon
 predicts from them with numpy, the same arithmetic scikit-learn does
-(``tests/unit/test_compiled.py``: equal predictions on random cases).
+(``tests/unit/scheduling/model/test_compiled.py``: equal predictions on random cases).
 
 - ``polynomial``: PolynomialFeatures(2) → StandardScaler → LinearRegression: the monomials'
   powers, the scaler's mean and scale, the coefficients and the intercept.
