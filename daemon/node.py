@@ -43,7 +43,8 @@ from .jobs.recovery import RecoveryMixin
 from .model.model_features import FeatureCounter
 from .model.online_model import OnlineModel, prior_model
 from .model.refit import RefitWorker
-from .store.retention import Retention, Retirement
+from .store.retention import Retention
+from .store.retirement import Retirement
 from .store.store import FINAL_STATES, Store
 
 log = logging.getLogger("adloader.daemon")

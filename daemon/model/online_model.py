@@ -1,7 +1,7 @@
 """The node's TPM, learnt online (A-Dloader §III-B: "the model is refitted as jobs run").
 
 Heartbeats become samples — one per job and kind every ``SAMPLE_INTERVAL_S``, checked
-(``store.valid_sample``) and written in one transaction per turn of the control loop.
+(``store.tpm.valid_sample``) and written in one transaction per turn of the control loop.
 After ``REFIT_EVERY`` new samples (and at most every ``REFIT_INTERVAL_S``), if the model in
 use mispredicts them (the median relative error of a kind over ``REFIT_TOLERANCE``, with
 enough samples of that kind, spread widely enough, to fit it from: ``refit.fittable``), the
@@ -40,7 +40,8 @@ from adloader.host.atomic import write_json
 from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 from adloader.scheduling.model.throughput import ThroughputModel
 
-from ..store.store import Store, valid_sample
+from ..store.store import Store
+from ..store.tpm import valid_sample
 from .refit import MIN_REAL, RefitWorker, fit_in_child, fittable
 
 log = logging.getLogger("adloader.daemon")
@@ -143,7 +144,7 @@ class OnlineModel:
     def flush(self) -> None:
         """Write the samples taken since the last flush, in one transaction."""
         batch, self.pending = self.pending, []
-        self.store.add_job_samples(batch)
+        self.store.tpm.add_job_samples(batch)
         self._new_samples += len(batch)
         self._recent.extend(sample for _, sample in batch)
 
@@ -179,7 +180,7 @@ class OnlineModel:
         errors = relative_errors(self.scheduler.model, recent)
         if not any(err > REFIT_TOLERANCE for err in errors):
             return None
-        samples = self.store.samples(per_job=FIT_PER_JOB, newest=FIT_WINDOW)
+        samples = self.store.tpm.samples(per_job=FIT_PER_JOB, newest=FIT_WINDOW)
         worth = any(err > REFIT_TOLERANCE and part
                     for part, err in zip(fittable(*samples), errors, strict=True))
         return samples if worth else None
@@ -197,10 +198,10 @@ class OnlineModel:
         else read here); each part keeps the prior until it has enough (InputError when
         neither has, unless ``quiet``)."""
         with self._fitting:
-            training, loading = samples or self.store.samples(per_job=FIT_PER_JOB,
-                                                              newest=FIT_WINDOW)
+            training, loading = samples or self.store.tpm.samples(per_job=FIT_PER_JOB,
+                                                                  newest=FIT_WINDOW)
             with contextlib.suppress(StorageError):  # the store is bounded: a fit reads no more
-                self.store.prune_samples(FIT_PER_JOB, 5 * FIT_WINDOW)
+                self.store.tpm.prune_samples(FIT_PER_JOB, 5 * FIT_WINDOW)
             if not quiet and len(training) < MIN_REAL and len(loading) < MIN_REAL:
                 raise ConflictError(f"too few samples to refit: {len(training)} training, "
                                  f"{len(loading)} loading (need {MIN_REAL} of one kind)")
@@ -217,6 +218,6 @@ class OnlineModel:
                 self.scheduler.set_model(model, table)
                 self.source = "online"
                 with contextlib.suppress(StorageError):
-                    self.store.save_model(model.to_json())
+                    self.store.tpm.save_model(model.to_json())
                 self._record_event(None, "model_fit", {"training": len(training),
                                                        "loading": len(loading)})

@@ -19,7 +19,8 @@ from adloader import rest
 from adloader.errors import InputError
 from adloader.rest import EventQuery, JobQuery
 
-from .job_record import HISTORY_VIEW, number_sql
+from .database import Database
+from .job_record import HISTORY_VIEW, JobRecord, number_sql
 
 # an event as GET /v1/events shows it, written by SQLite from its row (each row's JSON built
 # in C, outside the GIL), its data spliced in as stored (null where a row has none)
@@ -80,8 +81,13 @@ def _event_filters(query: EventQuery) -> tuple[list[str], list[Any]]:
                    ("t >= ?", query.t_since), ("t < ?", query.t_until)])
 
 
-class HistoryMixin:
-    """Pages of jobs and events; the Store provides ``_read``, ``_jobs`` and the rows."""
+class History:
+    """Pages of jobs and events read from ``database`` (on its readers); ``held`` is the
+    store's jobs held in memory, by id (read, never changed here)."""
+
+    def __init__(self, database: Database, held: dict[str, JobRecord]):
+        self._database = database
+        self._held = held
 
     def job_page(self, query: JobQuery) -> tuple[list, str | None]:
         """One page of jobs and the next cursor (None on the last page): each an (id, record,
@@ -92,7 +98,7 @@ class HistoryMixin:
             HISTORY_VIEW, f"jobs {'WHERE ' + ' AND '.join(where) if where else ''}",
             (*params, query.limit + 1))
         more = len(ids) > query.limit
-        held = self._jobs
+        held = self._held
         page = [(i, held[i], None) if i in held else (i, None, view.encode())
                 for i, view in zip(ids[:query.limit], views[:query.limit], strict=True)]
         return page, encode_cursor(JOB_CURSOR, page[-1][0]) if more else None
@@ -117,7 +123,7 @@ class HistoryMixin:
         5 ms beside a Python thread that never waits; 14 ms joined; docs/benchmarks.md, "A
         page read in one step"). A view is JSON, whose strings escape the separator; an id
         matches ``limits.JOB_ID_PATTERN`` or is a number."""
-        ((ids, views),) = self._read(
+        ((ids, views),) = self._database.read(
             "SELECT group_concat(id, char(30)), group_concat(coalesce(v, 'null'), char(30)) "
             f"FROM (SELECT id, {view} AS v FROM {source} ORDER BY id LIMIT ?)", params)
         if ids is None:

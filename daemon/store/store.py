@@ -1,16 +1,17 @@
 """The daemon's state in one SQLite file (WAL): jobs, events, TPM samples and fitted models.
 
-Every write is one transaction under an internal lock, so threads may share a Store; the
-file survives a daemon restart. Job ids are ``j-000001``, ``j-000002``, ... in submit order,
-never given twice (the last number is kept in ``meta``, so pruning cannot hand one out
-again). The jobs the daemon still manages (not finished, failed or cancelled) are also held
-in memory, written through, so reading them costs no query; the history is read from the
-file (``daemon.store.history``) and pruned (``daemon.store.retention``); the TPM's samples
-and models are ``daemon.store.tpm``'s. Tokens are never stored, only their keyed digests
-(``daemon.control.tokens``). Anything SQLite reports — a damaged file, a full disk — becomes a
-StorageError that names the file and what to do. An older schema is migrated only after the
-file is backed up beside it, and a newer one is refused naming that backup
-(``daemon.store.backup``).
+Every write is one transaction under the database's lock (``daemon.store.database``), so
+threads may share a Store; the file survives a daemon restart. Job ids are ``j-000001``,
+``j-000002``, ... in submit order, never given twice (the last number is kept in ``meta``, so
+pruning cannot hand one out again). The jobs the daemon still manages (not finished, failed
+or cancelled) are also held in memory, written through, so reading them costs no query; the
+history is read from the file (``daemon.store.history``) and pruned
+(``daemon.store.retention``); the TPM's samples and models are ``daemon.store.tpm``'s: each
+an object the store holds, given the database and, where it needs them, the held jobs.
+Tokens are never stored, only their keyed digests (``daemon.control.tokens``). Anything
+SQLite reports — a damaged file, a full disk — becomes a StorageError that names the file
+and what to do. An older schema is migrated only after the file is backed up beside it, and
+a newer one is refused naming that backup (``daemon.store.backup``).
 """
 
 from __future__ import annotations
@@ -18,25 +19,23 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from adloader.errors import StorageError
-from adloader.rest import JOB_STATES, JobSpec
+from adloader.rest import JOB_STATES, EventQuery, JobQuery, JobSpec
 
 from ..control.live import TERMINAL
 from . import backup, identity
-from .fault import CAUSES, StoreFault, diagnose
-from .history import HistoryMixin
+from .database import DAMAGED, Database
+from .fault import StoreFault
+from .history import History
 from .job_record import JOB_COLUMNS, JobRecord, record_of
-from .readers import Readers
-from .retention import RetentionMixin
-from .tpm import TpmStoreMixin, valid_sample  # noqa: F401  (valid_sample: its users')
+from .retention import Pruner
+from .tpm import TpmTables
 
 FINAL_STATES = ("finished", "failed", "lost", "cancelled")
 ORIGINS = ("rest", "attached")
@@ -66,191 +65,120 @@ CREATE TABLE IF NOT EXISTS models (
 """
 _UPDATABLE = ("name", "state", "workers", "pid", "exit_code", "started_at", "finished_at",
               "log_path", "supervisor", "reason", "token_digest", "iteration", "uid")  # fmt: skip
-_DAMAGED = ("move it aside (mv {path} {path}.damaged) and start the daemon again: running "
-            "jobs re-attach to the new one, the history in the old file is kept there")
 
 
-class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
-    """SQLite-backed state of one daemon (``path`` is created with its parent folders).
+class Store:
+    """SQLite-backed state of one daemon (``path`` is created with its parent folders): its
+    jobs and events; ``history`` reads them a page at a time, ``retention`` prunes them,
+    ``tpm`` keeps the TPM's samples and models, all on one ``database``.
 
     ``digest`` turns a v1 database's clear tokens into digests when it is opened."""
 
     def __init__(self, path: str | Path, digest: Callable[[str], str] | None = None):
         self.path = Path(path)
-        self._lock = threading.RLock()
-        self._readers: Readers | None = None  # read-only connections (``_read``)
         self._digest = digest
-        self.fault: StoreFault | None = None  # failing writes since, and why
-        self.recovered: list[StoreFault] = []  # faults that ended: the daemon records them
-        self._diagnosed = 0.0  # when the last failure's cause was read from the file system
         self.identity_note: str | None = None  # not the database the folder last had
+        self.database = Database(self.path)
+        self._jobs: dict[str, JobRecord] = {}  # held in memory: the same dict all along
+        self.history = History(self.database, self._jobs)
+        self.retention = Pruner(self.database, self._jobs)
+        self.tpm = TpmTables(self.database)
         self._open()
 
+    @property
+    def fault(self) -> StoreFault | None:
+        """The first failed write of a run of failures, until a write succeeds again."""
+        return self.database.fault
+
+    @property
+    def recovered(self) -> list[StoreFault]:
+        """Faults that ended since the daemon last took them (it sets this to ``[]``)."""
+        return self.database.recovered
+
+    @recovered.setter
+    def recovered(self, faults: list[StoreFault]) -> None:
+        self.database.recovered = faults
+
     def _open(self) -> None:
+        db = self.database.connect()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False,
-                                       isolation_level=None, timeout=10.0)  # fmt: skip
-        except (OSError, sqlite3.Error) as exc:
-            raise StorageError(f"{self.path}: cannot open the state database: {exc}") from None
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:  # a rolled-back daemon: the backup named, if any
                 raise StorageError(backup.newer_than_code(self.path, version,
                                                                 SCHEMA_VERSION))
-            check = self._db.execute("PRAGMA quick_check(1)").fetchone()[0]
+            check = db.execute("PRAGMA quick_check(1)").fetchone()[0]
             if check != "ok":
                 raise sqlite3.DatabaseError(check)
-            with self._lock:
+            with self.database.lock:
                 if 0 < version < SCHEMA_VERSION:
-                    self._migrate(version)
-                self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
-                columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
+                    self._migrate(db, version)
+                db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+                columns = [row[1] for row in db.execute("PRAGMA table_info(jobs)")]
                 for added in ("iteration", "uid"):  # added within schema 2: older daemons
                     if added not in columns:  # read by named columns, and ignore them
-                        self._db.execute(f"ALTER TABLE jobs ADD COLUMN {added} INTEGER")
-                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                self.identity_note = identity.check(self._db, self.path)
+                        db.execute(f"ALTER TABLE jobs ADD COLUMN {added} INTEGER")
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                self.identity_note = identity.check(db, self.path)
             held = ",".join("?" * len(TERMINAL))
-            self._jobs = {row[0]: record_of(row) for row in self._db.execute(
+            jobs = {row[0]: record_of(row) for row in db.execute(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE state NOT IN ({held}) ORDER BY id",
                 TERMINAL)}
+            for gone in self._jobs.keys() - jobs.keys():  # in place: ``history`` and
+                self._jobs.pop(gone, None)  # ``retention`` read this dict
+            self._jobs.update(jobs)
         except OSError as exc:  # the id file beside it
-            self._db.close()
+            db.close()
             raise StorageError(f"{identity.id_file(self.path)}: cannot write the state "
                                f"database's id: {exc.strerror}") from None
         except sqlite3.Error as exc:
-            self._db.close()
+            db.close()
             why = " ".join(str(exc).replace("*** in database main ***", "").split())
             raise StorageError(f"{self.path}: not a usable adloader state database ({why}); "
-                               + _DAMAGED.format(path=self.path)) from None
+                               + DAMAGED.format(path=self.path)) from None
         except StorageError:
-            self._db.close()
+            db.close()
             raise
         try:
             self._identity = _file_identity(self.path)
         except OSError as exc:
-            self._db.close()
+            db.close()
             raise StorageError(f"{self.path}: cannot read the state database's file: "
                                f"{exc.strerror}") from None
-        self._open_readers()
+        self.database.open_readers()
 
-    def _open_readers(self) -> None:
-        """Readers for pages of history (``_read``, ``daemon.store.readers``): in WAL mode
-        they read the last commit without waiting for the lock a write holds (under a burst
-        of jobs a page's query waited up to 70 ms for it), side by side."""
-        old, self._readers = self._readers, Readers(self.path)
-        if old is not None:
-            old.close()
-
-    def _migrate(self, version: int) -> None:
+    def _migrate(self, db: sqlite3.Connection, version: int) -> None:
         """From schema ``version`` to this one, after a whole backup beside the file
         (``backup``) or not at all; a step sets the version it reaches in its own
         transaction, so a crash leaves the store at one version or the next."""
         if version == 1 and self._digest is None:
             raise StorageError(f"{self.path}: schema 1 holds clear tokens; open it with the "
                                "daemon's token key to migrate it")
-        backup.before_migration(self._db, self.path, version, SCHEMA_VERSION)
-        self._migrate_v1()
+        backup.before_migration(db, self.path, version, SCHEMA_VERSION)
+        self._migrate_v1(db)
 
-    def _migrate_v1(self) -> None:
+    def _migrate_v1(self, db: sqlite3.Connection) -> None:
         """Schema 1 kept tokens in clear: keep their digests instead."""
-        self._db.execute("BEGIN IMMEDIATE")
-        self._db.execute("ALTER TABLE jobs RENAME COLUMN token TO token_digest")
-        self._db.execute("ALTER TABLE jobs ADD COLUMN supervisor TEXT")
-        self._db.execute("ALTER TABLE jobs ADD COLUMN reason TEXT")
-        for job_id, token in self._db.execute("SELECT id, token_digest FROM jobs").fetchall():
-            self._db.execute("UPDATE jobs SET token_digest = ? WHERE id = ?",
-                             (self._digest(token), job_id))
-        self._db.execute("PRAGMA user_version=2")
-        self._db.execute("COMMIT")
-
-    # -- plumbing ----------------------------------------------------------------------
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction under the lock: committed, or rolled back on an exception;
-        an SQLite failure (a full disk, a damaged file) is a StorageError."""
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise self._failed(exc) from None
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-                if self.fault is not None:  # writes go through again
-                    self.recovered.append(self.fault)
-                    self.fault = None
-            except BaseException as exc:
-                if self._db.in_transaction:
-                    with suppress(sqlite3.Error):
-                        self._db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise self._failed(exc) from None
-                raise
-
-    def _failed(self, exc: sqlite3.Error) -> StorageError:
-        """The error to raise for an SQLite failure, its cause read from the file system
-        (``daemon.store.fault.diagnose``); kept in ``fault`` until a write succeeds."""
-        text = str(exc)
-        now = time.monotonic()
-        if self.fault is not None and now - self._diagnosed < 1.0:  # a run of failures:
-            cause = "" if self.fault.cause == "damaged" else self.fault.cause  # once a second
-        else:
-            cause, self._diagnosed = diagnose(self.path, text), now
-        if cause:
-            message = (f"{self.path}: cannot write the state database ({text}): "
-                       f"{CAUSES[cause]}")
-        else:
-            message = (f"{self.path}: the state database failed ({text}); "
-                       + _DAMAGED.format(path=self.path))
-        if self.fault is None or self.fault.cause != (cause or "damaged"):  # since the first
-            since = self.fault.since if self.fault is not None else time.time()
-            self.fault = StoreFault(cause or "damaged", message, since)
-        return StorageError(message)
-
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
-        with self._lock:
-            try:
-                return self._db.execute(sql, tuple(params)).fetchall()
-            except sqlite3.Error as exc:
-                raise self._failed(exc) from None
-
-    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
-        """``_query`` on a reader of its own (``daemon.store.readers``), where one can be had
-        and the read succeeds there (a read that fails is made again as ``_query``, which
-        says why)."""
-        readers = self._readers
-        conn = readers.take() if readers is not None else None
-        if conn is not None:
-            failed = True
-            try:
-                rows = conn.execute(sql, tuple(params)).fetchall()
-                failed = False
-            except sqlite3.Error:
-                pass  # made again on the writer, which says why
-            finally:
-                readers.give_back(conn, failed=failed)
-            if not failed:
-                return rows
-        return self._query(sql, params)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("ALTER TABLE jobs RENAME COLUMN token TO token_digest")
+        db.execute("ALTER TABLE jobs ADD COLUMN supervisor TEXT")
+        db.execute("ALTER TABLE jobs ADD COLUMN reason TEXT")
+        for job_id, token in db.execute("SELECT id, token_digest FROM jobs").fetchall():
+            db.execute("UPDATE jobs SET token_digest = ? WHERE id = ?",
+                       (self._digest(token), job_id))
+        db.execute("PRAGMA user_version=2")
+        db.execute("COMMIT")
 
     def probe(self) -> None:
         """One small write (the time, in ``meta``): whether the store takes writes again."""
-        with self._transaction() as db:
+        with self.database.transaction() as db:
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('probe', ?)",
                        (int(time.time()),))
 
     def close(self) -> None:
         """Checkpoint the WAL into the file and close."""
-        if self._readers is not None:
-            self._readers.close()
-        with self._lock:
-            with suppress(sqlite3.Error):
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            self._db.close()
+        self.database.close()
 
     def __enter__(self) -> Store:
         return self
@@ -268,7 +196,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
             return None
         if now == self._identity:
             return None
-        with self._lock:
+        with self.database.lock:
             what = "deleted" if now is None else "replaced"
             if now is not None:
                 os.replace(self.path, self.path.with_name(f"{self.path.name}.replaced-"
@@ -280,14 +208,27 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
             tmp.unlink(missing_ok=True)
             copy = sqlite3.connect(str(tmp))
             try:
-                self._db.backup(copy)
+                self.database.conn.backup(copy)
             finally:
                 copy.close()
             os.replace(tmp, self.path)
-            self._db.close()
+            self.database.conn.close()
             self._open()
         return (f"{self.path}: the state database was {what} while the daemon ran; "
                 "it was written back from the daemon's open copy")
+
+    # -- what the REST service reads (``daemon.api``) ---------------------------------
+    def job_page(self, query: JobQuery) -> tuple[list, str | None]:
+        """``History.job_page``."""
+        return self.history.job_page(query)
+
+    def event_page(self, query: EventQuery) -> tuple[bytes, str]:
+        """``History.event_page``."""
+        return self.history.event_page(query)
+
+    def sample_counts(self) -> dict[str, int]:
+        """``TpmTables.sample_counts``."""
+        return self.tpm.sample_counts()
 
     # -- jobs --------------------------------------------------------------------------
     def add_job(self, spec: JobSpec, token_digest: str, origin: str = "rest",
@@ -298,7 +239,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         _check("state", state, JOB_STATES)
         _check("origin", origin, ORIGINS)
         t = time.time() if t is None else t
-        with self._transaction() as db:
+        with self.database.transaction() as db:
             if job_id is None:
                 (last,) = db.execute(
                     "SELECT MAX(COALESCE((SELECT value FROM meta WHERE key = 'last_job'), 0), "
@@ -326,7 +267,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
             _check("state", fields["state"], JOB_STATES)
         if fields:
             sets = ", ".join(f"{key} = ?" for key in fields)
-            with self._transaction() as db:
+            with self.database.transaction() as db:
                 db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
             if job_id in self._jobs:
                 self._jobs[job_id] = replace(self._jobs[job_id], **fields)
@@ -338,7 +279,7 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
         if held is not None:
             return held
         # on the reader: a REST read of the history does not wait for a write (a prune)
-        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        rows = self.database.read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         return record_of(rows[0], trusted=True) if rows else None
 
     def held(self, job_id: str) -> bool:
@@ -352,8 +293,8 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
     def list_jobs(self, states: Iterable[str] | None = None) -> list[JobRecord]:
         """Every stored job in id order (the history read from the file), optionally only
         those in ``states``; for a page of them, ``job_page``."""
-        with self._lock:
-            rows = self._query(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id")
+        with self.database.lock:
+            rows = self.database.query(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id")
             jobs = [self._jobs.get(row[0]) or record_of(row, trusted=True) for row in rows]
         if states is None:
             return jobs
@@ -362,13 +303,13 @@ class Store(HistoryMixin, RetentionMixin, TpmStoreMixin):
 
     def state_counts(self) -> dict[str, int]:
         """How many stored jobs are in each state."""
-        return dict(self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+        return dict(self.database.read("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
 
     # -- events ------------------------------------------------------------------------
     def add_event(self, job: str | None, kind: str, data: dict | None = None,
                   t: float | None = None) -> int:
         """Append an event (``kind`` e.g. 'submitted', 'resize'); returns its id."""
-        with self._transaction() as db:
+        with self.database.transaction() as db:
             cur = db.execute("INSERT INTO events (t, job, kind, data) VALUES (?, ?, ?, ?)",
                              (time.time() if t is None else t, job, kind,
                               json.dumps(data or {})))  # fmt: skip

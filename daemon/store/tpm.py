@@ -1,5 +1,5 @@
-"""The TPM's part of the store (``daemon.store.store.Store``): the samples measured on jobs and
-the models fitted from them. A sample is kept only when it is one the TPM may learn from
+"""The TPM's part of the store (``daemon.store.store.Store.tpm``): the samples measured on jobs
+and the models fitted from them. A sample is kept only when it is one the TPM may learn from
 (``valid_sample``); fits read each job's newest samples, so older ones are pruned."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 from adloader import limits
 from adloader.scheduling.model.samples import LoadingSample, TrainingSample
+
+from .database import Database
 
 MODELS_KEPT = 5  # fitted models kept in the store, newest first (the daemon reads the last)
 
@@ -28,11 +30,12 @@ def valid_sample(sample: TrainingSample | LoadingSample) -> bool:
     return False
 
 
-class TpmStoreMixin:
-    """Samples and fitted models; the Store provides ``_transaction``, ``_query`` and
-    ``_lock``."""
+class TpmTables:
+    """The tables ``samples`` and ``models`` of ``database``."""
 
-    _sample_counts: dict[str, int] | None = None  # by kind, once counted (``sample_counts``)
+    def __init__(self, database: Database):
+        self._database = database
+        self._sample_counts: dict[str, int] | None = None  # by kind, once counted
 
     # -- samples -----------------------------------------------------------------------
     def add_sample(self, job: str | None, sample: TrainingSample | LoadingSample,
@@ -52,8 +55,8 @@ class TpmStoreMixin:
         bounds (``valid_sample``) is a ValueError and nothing is stored."""
         t = time.time() if t is None else t
         ids, kinds = [], []
-        with self._lock:  # counted once committed, before another write or count
-            with self._transaction() as db:
+        with self._database.lock:  # counted once committed, before another write or count
+            with self._database.transaction() as db:
                 for job, s in samples:
                     if not isinstance(s, TrainingSample | LoadingSample):
                         raise TypeError(f"not a sample: {s!r}")
@@ -83,7 +86,7 @@ class TpmStoreMixin:
         limit = "" if newest is None else f"LIMIT {int(newest)}"
         out = []
         for kind in ("training", "loading"):
-            rows = self._query(
+            rows = self._database.query(
                 "SELECT model, batch_size, gpus, flops_g, params_m, step_s, job_workers, "
                 "node_workers, loading_rate FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
                 f"job ORDER BY id DESC) AS n FROM samples WHERE kind = ?) {cut} "
@@ -101,7 +104,7 @@ class TpmStoreMixin:
     def prune_samples(self, per_job: int, per_kind: int) -> int:
         """Forget samples a fit will never read: all but each job's newest ``per_job`` of
         each kind, and all but the newest ``per_kind`` of each kind; returns how many went."""
-        with self._transaction() as db:
+        with self._database.transaction() as db:
             cur = db.execute(
                 "DELETE FROM samples WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() "
                 "OVER (PARTITION BY job, kind ORDER BY id DESC) AS n, ROW_NUMBER() OVER "
@@ -116,15 +119,15 @@ class TpmStoreMixin:
         count of every sample under a burst of jobs took up to 58 ms); a prune counts again."""
         counts = self._sample_counts
         if counts is None:
-            with self._lock:
+            with self._database.lock:
                 if self._sample_counts is None:
-                    self._sample_counts = dict(self._query(
+                    self._sample_counts = dict(self._database.query(
                         "SELECT kind, COUNT(*) FROM samples GROUP BY kind"))
                 counts = self._sample_counts
         return dict(counts)
 
     def _counted(self, kinds: list[str]) -> None:
-        """Samples of ``kinds`` committed (under the store's lock)."""
+        """Samples of ``kinds`` committed (under the database's lock)."""
         counts = self._sample_counts
         if counts is not None:
             for kind in kinds:
@@ -134,7 +137,7 @@ class TpmStoreMixin:
     def save_model(self, model_json: dict, t: float | None = None) -> int:
         """Keep a fitted TPM (``ThroughputModel.to_json()``); returns its id. Only the newest
         ``MODELS_KEPT`` are kept: a busy node refits every few tens of seconds, for months."""
-        with self._transaction() as db:
+        with self._database.transaction() as db:
             cur = db.execute("INSERT INTO models (t, json) VALUES (?, ?)",
                              (time.time() if t is None else t, json.dumps(model_json)))
             db.execute("DELETE FROM models WHERE id <= ?", (cur.lastrowid - MODELS_KEPT,))
@@ -142,5 +145,5 @@ class TpmStoreMixin:
 
     def latest_model(self) -> dict | None:
         """The most recently saved model's JSON, or None."""
-        rows = self._query("SELECT json FROM models ORDER BY id DESC LIMIT 1")
+        rows = self._database.query("SELECT json FROM models ORDER BY id DESC LIMIT 1")
         return json.loads(rows[0][0]) if rows else None

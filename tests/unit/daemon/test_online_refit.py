@@ -13,7 +13,7 @@ from adloader.device.device_profile import load_profile
 from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
 
-class _Store:
+class _Tpm:
     def __init__(self):
         self.kept: dict[type, list] = {TrainingSample: [], LoadingSample: []}
 
@@ -23,6 +23,11 @@ class _Store:
 
     def samples(self, per_job=None, newest=None):
         return list(self.kept[TrainingSample]), list(self.kept[LoadingSample])
+
+
+class _Store:
+    def __init__(self):
+        self.tpm = _Tpm()
 
 
 class _Scheduler:

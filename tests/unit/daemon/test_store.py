@@ -79,21 +79,22 @@ def test_events_samples_models(tmp_path):
                for i, kind in enumerate(["submitted", "started", "resize"])]  # fmt: skip
         store.add_event(None, "refit")
         assert ids == [1, 2, 3]
-        assert [e["kind"] for e in store.events()] == ["submitted", "started", "resize", "refit"]
-        assert store.events(since_id=1, limit=1) == [
+        kinds = [e["kind"] for e in store.history.events()]
+        assert kinds == ["submitted", "started", "resize", "refit"]
+        assert store.history.events(since_id=1, limit=1) == [
             {"id": 2, "t": 1.0, "job": "j-000001", "kind": "started", "data": {"n": 1}}]
         t1 = TrainingSample(32, 1, 3.6, 11.7, 0.05, "Resnet18")
         l1, l2 = LoadingSample(2, 8, 410.0), LoadingSample(4, 8, 790.5)
-        store.add_sample("j-000001", l1)
-        store.add_samples("j-000001", [t1, l2])
-        assert store.samples() == ([t1], [l1, l2])
+        store.tpm.add_sample("j-000001", l1)
+        store.tpm.add_samples("j-000001", [t1, l2])
+        assert store.tpm.samples() == ([t1], [l1, l2])
         with pytest.raises(TypeError):
-            store.add_sample(None, {"step_s": 1})
-        assert store.samples() == ([t1], [l1, l2])  # the failed batch left nothing behind
-        assert store.latest_model() is None
-        store.save_model({"v": 1})
-        store.save_model({"v": 2, "training": {"regressor": "staged"}})
-        assert store.latest_model() == {"v": 2, "training": {"regressor": "staged"}}
+            store.tpm.add_sample(None, {"step_s": 1})
+        assert store.tpm.samples() == ([t1], [l1, l2])  # the failed batch left nothing behind
+        assert store.tpm.latest_model() is None
+        store.tpm.save_model({"v": 1})
+        store.tpm.save_model({"v": 2, "training": {"regressor": "staged"}})
+        assert store.tpm.latest_model() == {"v": 2, "training": {"regressor": "staged"}}
 
 
 def test_restart_keeps_everything(tmp_path):
@@ -102,16 +103,16 @@ def test_restart_keeps_everything(tmp_path):
     job = store.add_job(SPEC, "tok")
     store.update_job(job, state="running", pid=42, log_path="/tmp/j.log")
     store.add_event(job, "started", {"workers": 3})
-    store.add_sample(job, LoadingSample(3, 3, 500.0))
-    store.save_model({"fitted": True})
+    store.tpm.add_sample(job, LoadingSample(3, 3, 500.0))
+    store.tpm.save_model({"fitted": True})
     store.close()
     with Store(path) as again:
         record = again.get_job(job)
         assert (record.state, record.pid, record.log_path, record.spec) == (
             "running", 42, "/tmp/j.log", SPEC)
-        assert again.events()[0]["data"] == {"workers": 3}
-        assert again.samples() == ([], [LoadingSample(3, 3, 500.0)])
-        assert again.latest_model() == {"fitted": True}
+        assert again.history.events()[0]["data"] == {"workers": 3}
+        assert again.tpm.samples() == ([], [LoadingSample(3, 3, 500.0)])
+        assert again.tpm.latest_model() == {"fitted": True}
         assert again.add_job(SPEC, "tok") == "j-000002"  # ids continue
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -128,7 +129,7 @@ def test_concurrent_writers(tmp_path):
                 job = store.add_job(SPEC, f"t{k}")
                 store.update_job(job, state="running", workers=k)
                 store.add_event(job, "submitted", {"k": k, "i": i})
-                store.add_sample(job, LoadingSample(k + 1, 8, float(i + 1)))
+                store.tpm.add_sample(job, LoadingSample(k + 1, 8, float(i + 1)))
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -141,7 +142,7 @@ def test_concurrent_writers(tmp_path):
     jobs = store.list_jobs()
     assert [j.id for j in jobs] == [f"j-{i:06d}" for i in range(1, 101)]  # unique, no gaps
     assert all(j.state == "running" for j in jobs)
-    assert len(store.events(limit=1000)) == 100 and len(store.samples()[1]) == 100
+    assert len(store.history.events(limit=1000)) == 100 and len(store.tpm.samples()[1]) == 100
     store.close()
 
 
@@ -327,29 +328,29 @@ def test_a_deleted_database_is_written_back_from_the_open_copy(tmp_path):
     store.close()
     with Store(path) as again:
         assert again.get_job(job).state == "running"
-        assert [e["kind"] for e in again.events()] == ["submitted"]
+        assert [e["kind"] for e in again.history.events()] == ["submitted"]
 
 
 def test_only_finite_in_bounds_samples_are_stored_and_no_job_outweighs_the_node(tmp_path):
     with Store(tmp_path / "s.db") as store:
         with pytest.raises(ValueError, match="out of bounds"):
-            store.add_sample("j", LoadingSample(2, 8, float("nan")))
+            store.tpm.add_sample("j", LoadingSample(2, 8, float("nan")))
         with pytest.raises(ValueError, match="out of bounds"):
-            store.add_sample("j", TrainingSample(32, 1, 3.6, 11.7, float("inf")))
-        assert store.samples() == ([], [])
-        store.add_samples("loud", [LoadingSample(1, 8, 100.0 + i) for i in range(50)])
-        store.add_samples("quiet", [LoadingSample(2, 8, 7.0)])
-        _, loading = store.samples(per_job=5)
+            store.tpm.add_sample("j", TrainingSample(32, 1, 3.6, 11.7, float("inf")))
+        assert store.tpm.samples() == ([], [])
+        store.tpm.add_samples("loud", [LoadingSample(1, 8, 100.0 + i) for i in range(50)])
+        store.tpm.add_samples("quiet", [LoadingSample(2, 8, 7.0)])
+        _, loading = store.tpm.samples(per_job=5)
         assert [s.loading_rate for s in loading] == [145.0, 146.0, 147.0, 148.0, 149.0, 7.0]
 
 
 def test_pruning_keeps_what_a_fit_reads(tmp_path):
     with Store(tmp_path / "s.db") as store:
         for j in range(5):
-            store.add_samples(f"j{j}", [LoadingSample(1, 8, float(i + 1)) for i in range(30)])
-        assert store.prune_samples(per_job=10, per_kind=40) == 130
-        assert store.sample_counts() == {"loading": 20}  # j4's and j3's newest ten
-        _, loading = store.samples(per_job=3, newest=5)
+            store.tpm.add_samples(f"j{j}", [LoadingSample(1, 8, float(i + 1)) for i in range(30)])
+        assert store.tpm.prune_samples(per_job=10, per_kind=40) == 130
+        assert store.tpm.sample_counts() == {"loading": 20}  # j4's and j3's newest ten
+        _, loading = store.tpm.samples(per_job=3, newest=5)
         assert [s.loading_rate for s in loading] == [29.0, 30.0, 28.0, 29.0, 30.0]
 
 
@@ -360,23 +361,23 @@ def test_fitted_models_are_bounded_newest_kept(tmp_path):
 
     store = Store(tmp_path / "s.db")
     for v in range(3 * MODELS_KEPT):
-        store.save_model({"v": v})
-    assert store.latest_model() == {"v": 3 * MODELS_KEPT - 1}
-    assert store._query("SELECT COUNT(*) FROM models")[0][0] == MODELS_KEPT
+        store.tpm.save_model({"v": v})
+    assert store.tpm.latest_model() == {"v": 3 * MODELS_KEPT - 1}
+    assert store.database.query("SELECT COUNT(*) FROM models")[0][0] == MODELS_KEPT
 
 
 def test_sample_counts_follow_adds_and_prunes_without_reading_every_sample(tmp_path):
     """``GET /v1/model`` shows the counts: they are counted from the file once, then kept
     as samples are added from several threads at once, and counted again after a prune."""
     with Store(tmp_path / "s.db") as store:
-        store.add_samples("a", [LoadingSample(1, 8, 1.0)] * 3)
-        assert store.sample_counts() == {"loading": 3}
+        store.tpm.add_samples("a", [LoadingSample(1, 8, 1.0)] * 3)
+        assert store.tpm.sample_counts() == {"loading": 3}
         statements = []
-        store._db.set_trace_callback(statements.append)
+        store.database.conn.set_trace_callback(statements.append)
 
         def add(job: str) -> None:
             for i in range(20):
-                store.add_samples(job, [LoadingSample(1, 8, 2.0), TrainingSample(
+                store.tpm.add_samples(job, [LoadingSample(1, 8, 2.0), TrainingSample(
                     batch_size=32, gpus=1, flops_g=3.6, params_m=11.7, step_s=0.1 + i)])
 
         threads = [threading.Thread(target=add, args=(f"j{n}",)) for n in range(4)]
@@ -384,10 +385,10 @@ def test_sample_counts_follow_adds_and_prunes_without_reading_every_sample(tmp_p
             thread.start()
         for thread in threads:
             thread.join(60)
-        assert store.sample_counts() == {"loading": 83, "training": 80}
+        assert store.tpm.sample_counts() == {"loading": 83, "training": 80}
         assert not [s for s in statements if "COUNT" in s.upper()]  # kept, not counted again
-        store._db.set_trace_callback(None)
-        truth = dict(store._query("SELECT kind, COUNT(*) FROM samples GROUP BY kind"))
-        assert store.sample_counts() == truth
-        store.prune_samples(per_job=5, per_kind=1000)
-        assert store.sample_counts() == {"loading": 23, "training": 20}
+        store.database.conn.set_trace_callback(None)
+        truth = dict(store.database.query("SELECT kind, COUNT(*) FROM samples GROUP BY kind"))
+        assert store.tpm.sample_counts() == truth
+        store.tpm.prune_samples(per_job=5, per_kind=1000)
+        assert store.tpm.sample_counts() == {"loading": 23, "training": 20}

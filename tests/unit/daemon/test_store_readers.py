@@ -45,17 +45,17 @@ def test_a_read_is_made_while_another_holds_a_reader(tmp_path):
     lock made them wait: a client's page waited up to 41 ms under the soak bench)."""
     with Store(tmp_path / "s.db") as store:
         ids = _ended(store, 3)
-        under_way = store._readers.take()
+        under_way = store.database.readers.take()
         under_way.execute("BEGIN")
         assert under_way.execute("SELECT count(*) FROM jobs").fetchone() == (3,)
         try:
             _, done, out = _in_thread(lambda: (store.job_page(JobQuery())[0],
                                                store.get_job(ids[0]), store.state_counts()))
             assert done.wait(10), "a read waited for another read"
-            assert store._readers.open == 2
+            assert store.database.readers.open == 2
         finally:
             under_way.execute("COMMIT")
-            store._readers.give_back(under_way)
+            store.database.readers.give_back(under_way)
         page, job, counts = out[0]
         assert [i for i, _, _ in page] == ids and job.id == ids[0]
         assert counts == {"finished": 3}
@@ -79,11 +79,11 @@ def test_readers_are_bounded_and_a_read_waits_for_one(tmp_path):
 
 def test_a_failed_read_closes_its_reader_and_is_made_on_the_writer(tmp_path):
     with Store(tmp_path / "s.db") as store:
-        assert store._read("SELECT count(*) FROM jobs") == [(0,)]
-        assert store._readers.open == 1  # idle, kept for the next read
-        store._db.execute("CREATE TEMP TABLE only_the_writer (x)")  # not on a reader
-        assert store._read("SELECT count(*) FROM only_the_writer") == [(0,)]
-        assert store._readers.open == 0  # the reader it failed on: closed
+        assert store.database.read("SELECT count(*) FROM jobs") == [(0,)]
+        assert store.database.readers.open == 1  # idle, kept for the next read
+        store.database.conn.execute("CREATE TEMP TABLE only_the_writer (x)")  # not on a reader
+        assert store.database.read("SELECT count(*) FROM only_the_writer") == [(0,)]
+        assert store.database.readers.open == 0  # the reader it failed on: closed
 
 
 def test_close_waits_for_a_read_under_way(tmp_path):
@@ -113,7 +113,7 @@ def test_reads_from_many_threads_at_once(tmp_path):
                 page = store.job_page(JobQuery(limit=500))[0]
                 if [i for i, _, _ in page] != ids:
                     errors.append(page)
-                most.append(store._readers.open)
+                most.append(store.database.readers.open)
 
         threads = [threading.Thread(target=pages) for _ in range(8)]
         for thread in threads:
@@ -121,4 +121,4 @@ def test_reads_from_many_threads_at_once(tmp_path):
         for thread in threads:
             thread.join(60)
         assert not any(t.is_alive() for t in threads) and not errors
-        assert max(most) <= store._readers.most
+        assert max(most) <= store.database.readers.most

@@ -65,13 +65,13 @@ def test_prune_by_count_keeps_the_newest_and_never_a_held_job(tmp_path):
         store.update_job(lost, finished_at=1.0)
         ids = _ended(store, 30, 1000.0)
         store.add_event(None, "plan", t=1000.0)  # the node's own: kept within the bounds
-        pruned = store.prune(Retention(max_age_s=1e9, max_jobs=10, max_events=10_000),
+        pruned = store.retention.prune(Retention(max_age_s=1e9, max_jobs=10, max_events=10_000),
                              now=2000.0)
         assert [j for j, _ in pruned.jobs] == ids[:21]  # 31 ended, 10 kept: lost is held
         assert pruned.events == 2 * 21
         assert _all_pages(store) == [lost, *ids[21:]]
-        assert {e["job"] for e in store.events(limit=5000)} == {*ids[21:], None}
-        again = store.prune(Retention(max_age_s=1e9, max_jobs=10, max_events=10_000),
+        assert {e["job"] for e in store.history.events(limit=5000)} == {*ids[21:], None}
+        again = store.retention.prune(Retention(max_age_s=1e9, max_jobs=10, max_events=10_000),
                             now=2000.0)
         assert again.jobs == [] and again.events == 0
 
@@ -82,25 +82,25 @@ def test_prune_by_age_and_event_bounds(tmp_path):
         new = _ended(store, 5, 10 * DAY)
         running = store.add_job(SPEC, "tok", state="running", t=0.0)  # never pruned
         store.add_event(None, "plan", t=0.0)
-        pruned = store.prune(Retention(max_age_s=7 * DAY, max_jobs=100, max_events=4),
+        pruned = store.retention.prune(Retention(max_age_s=7 * DAY, max_jobs=100, max_events=4),
                              now=11 * DAY)
         assert [j for j, _ in pruned.jobs] == old
         assert _all_pages(store) == [*new, running]
-        assert len(store.events(limit=5000)) == 4  # the newest four of new's ten
+        assert len(store.history.events(limit=5000)) == 4  # the newest four of new's ten
 
 
 def test_prune_goes_in_batches(tmp_path):
     with Store(tmp_path / "s.db") as store:
         _ended(store, 25, 0.0)
         rule = Retention(max_age_s=DAY, max_jobs=5, max_events=10_000, batch=8)
-        sizes = [len(store.prune(rule, now=10 * DAY).jobs) for _ in range(5)]
+        sizes = [len(store.retention.prune(rule, now=10 * DAY).jobs) for _ in range(5)]
         assert sizes == [8, 8, 8, 1, 0]
 
 
 def test_ids_are_never_given_twice_after_pruning(tmp_path):
     with Store(tmp_path / "s.db") as store:
         ids = _ended(store, 3, 0.0)
-        store.prune(Retention(max_age_s=1.0, max_jobs=1, max_events=10_000), now=10 * DAY)
+        store.retention.prune(Retention(max_age_s=1.0, max_jobs=1, max_events=10_000), now=10 * DAY)
         assert store.get_job(ids[-1]) is None
         assert store.add_job(SPEC, "tok") == "j-000004"
     with Store(tmp_path / "s.db") as store:
@@ -113,7 +113,7 @@ def test_pages_reach_every_job_once_while_jobs_come_and_go(tmp_path):
         seen, cursor = [], None
         page, cursor = store.job_page(JobQuery(limit=5))
         seen += [i for i, _, _ in page]
-        store.prune(Retention(max_age_s=1e9, max_jobs=5, max_events=10_000), now=1.0)
+        store.retention.prune(Retention(max_age_s=1e9, max_jobs=5, max_events=10_000), now=1.0)
         late = store.add_job(SPEC, "tok", state="running")  # arrives meanwhile
         while cursor is not None:
             page, cursor = store.job_page(JobQuery(limit=5, cursor=cursor))
@@ -206,7 +206,7 @@ def test_a_page_is_read_while_a_write_holds_the_store(tmp_path):
         pages = []
 
         def write() -> None:
-            with store._transaction() as db:
+            with store.database.transaction() as db:
                 db.execute("UPDATE jobs SET name = 'renamed' WHERE id = ?", (ids[0],))
                 writing.set()
                 release.wait(30)
@@ -281,13 +281,13 @@ def test_a_page_comes_from_sqlite_as_one_row(tmp_path, monkeypatch):
     with Store(tmp_path / "s.db") as store:
         live = store.add_job(SPEC, "tok", state="running")  # held: its record, not a view
         ids = _ended(store, 600, 0.0)
-        read, rows = store._read, []
+        read, rows = store.database.read, []
 
         def counted(sql, params=()):
             rows.append(len(got := read(sql, params)))
             return got
 
-        monkeypatch.setattr(store, "_read", counted)
+        monkeypatch.setattr(store.database, "read", counted)
         page, cursor = store.job_page(JobQuery(limit=500))
         body, after = store.event_page(EventQuery(limit=1000))
     assert rows == [1, 1]
@@ -306,7 +306,7 @@ def test_the_store_is_pruned_outside_the_node_lock(tmp_path):
     event, and removes their files after."""
     from types import SimpleNamespace
 
-    from adloader.daemon.store.retention import Retirement
+    from adloader.daemon.store.retirement import Retirement
 
     lock = threading.Lock()
     with Store(tmp_path / "s.db") as store:
@@ -315,7 +315,7 @@ def test_the_store_is_pruned_outside_the_node_lock(tmp_path):
         for path in logs.values():
             path.write_text("log\n")
         free_while_pruning, recorded = [], []
-        pruning = store.prune
+        pruning = store.retention.prune
 
         def prune(retention):
             taken = lock.acquire(timeout=10)  # what a request would do meanwhile
@@ -324,7 +324,7 @@ def test_the_store_is_pruned_outside_the_node_lock(tmp_path):
                 lock.release()
             return pruning(retention)
 
-        store.prune = prune
+        store.retention.prune = prune
         scheduler = SimpleNamespace(ended={i: "finished" for i in ids})
         launcher = SimpleNamespace(status_path=lambda i: str(tmp_path / f"{i}.status"),
                                    log_path=lambda i: str(logs[i]))
