@@ -2,11 +2,14 @@
 
 One control thread owns the ZeroMQ broker: it receives masters' messages, ticks the
 scheduler (buffers, lost jobs, cancels), reaps exited jobs and sends what the scheduler
-decided. REST threads call the NodeService methods (``daemon.api.service_impl``); they share
-the scheduler and the store under one lock, leave messages in an outbox for the control
-thread and wake it (``Broker.wake``). The loop sleeps up to ``IDLE_TICK_S`` while nothing is
+decided. The node holds its launched jobs' processes (``daemon.jobs.node_processes``) and
+takes up what a previous daemon left when it starts (``daemon.jobs.recovery``). REST threads
+call the NodeService methods of the API's wrapper around the node
+(``daemon.api.service_impl``); they share the scheduler and the store under one lock and
+carry out decisions with ``Node.apply``, which leaves messages in an outbox for the control
+thread and wakes it (``Broker.wake``). The loop sleeps up to ``IDLE_TICK_S`` while nothing is
 due, ``HOUSEKEEPING_S`` while a job is ending, and until the next window closes: a node with
-no jobs or steady ones wakes 4 times a second, not 20 (an idle daemon's CPU halved).
+no jobs or steady ones wakes 4 times a second.
 
 Isolation: every message, every launch, every record write is its own unit of failure. A
 frame that raises costs that frame; a job that cannot be launched fails alone with the
@@ -29,8 +32,6 @@ from adloader.protocol import ProtocolError, Register, replaced
 from adloader.rest import JobSpec, RecordedSpec
 from adloader.scheduling.model.throughput import ThroughputModel
 
-from .api.metrics import MetricsCache
-from .api.service_impl import NodeServiceMixin
 from .cache.node_cache_host import NodeCacheHost
 from .control.broker import Broker
 from .control.scheduler import Actions, LiveJob, Scheduler
@@ -38,8 +39,8 @@ from .control.slurm_identity import check_slurm_name
 from .control.tokens import TokenDigest
 from .jobs.job_shares import JobShares
 from .jobs.launcher import Launcher
-from .jobs.node_processes import ProcessesMixin, cpu_share_of
-from .jobs.recovery import RecoveryMixin
+from .jobs.node_processes import JobProcesses, cpu_share_of
+from .jobs.recovery import recover
 from .model.model_features import FeatureCounter
 from .model.online_model import OnlineModel, prior_model
 from .model.refit import RefitWorker
@@ -56,7 +57,11 @@ IDLE_TICK_S = 0.25  # ... and at least this often: faster only while something i
 EMULATED_GPUS = 4  # without CUDA: the paper's node (jobs emulate their GPU steps)
 
 
-class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
+class Node:
+    """One node's daemon: its scheduler, store, launcher, broker and TPM, and the control
+    loop that ties them (``start``, ``stop``, ``alive``). ``apply`` carries out what the
+    scheduler decided, from the loop or from a request holding ``lock``."""
+
     def __init__(self, config: DaemonConfig, model: ThroughputModel | None = None):
         self.config = config
         state = config.state_path
@@ -86,9 +91,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
         self.outbox: collections.deque = collections.deque()
         self.counters = collections.Counter()
         self.dirty: set[str] = set()  # jobs whose record could not be written yet
-        self.orphans: dict[str, tuple] = {}  # job id -> (status, since): supervisor died
         self.static_views: dict[str, tuple] = {}  # held job id -> (record, its JSON): pages
-        self.metrics_cache = MetricsCache(self._metrics_snapshot)
         self.store_note: str | None = self.store.identity_note  # not the folder's last one
         if self.store_note:
             log.error("%s", self.store_note)
@@ -103,13 +106,17 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
         self.shares = JobShares(config.cpu_shares, self._record_event,
                                 config.cpu_share_rule) \
             if config.cpu_shares else None
+        self.processes = JobProcesses(self.store, self.scheduler, self.launcher, self.tokens,
+                                      self.shares, self.counters, self._record_event)
         self.node_cache = (NodeCacheHost(config.node_cache_mb << 20, self._record_event,
                                          self.lock) if config.node_cache_mb else None)
         self.retention = Retirement(
             Retention(config.retain_days * 86400, config.retain_jobs, config.retain_events),
             self.store, self.scheduler, self.online, self.launcher, self.static_views,
             self._record_event)
-        self._recover()
+        for job_id, status in recover(self.store, self.scheduler, self.launcher, self.gpus,
+                                      self.live_job, self._record_event):
+            self.apply(self.processes.exited(job_id, status))
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -184,9 +191,10 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
     def _wait_s(self, next_tick: float) -> float:
         """How long the loop may wait for messages: IDLE_TICK_S, less while a window closes
         sooner, HOUSEKEEPING_S while a job is ending or a record or orphan waits. What a
-        REST request changes wakes it at once (``_apply``)."""
+        REST request changes wakes it at once (``apply``)."""
         now = time.monotonic()
-        if self.scheduler.ending or self.orphans or self.dirty or self.store.fault:
+        if (self.scheduler.ending or self.processes.orphans or self.dirty
+                or self.store.fault):
             wait = HOUSEKEEPING_S
         elif self.scheduler.flush_at is not None:
             wait = min(IDLE_TICK_S, self.scheduler.flush_at - self.scheduler.clock())
@@ -196,28 +204,29 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
 
     def _housekeeping(self, check_store: bool) -> None:
         """The clock's work: lost jobs, windows, cancels; exits; samples; the store."""
-        self._guarded("tick", lambda: self._apply(self.scheduler.tick()))
+        self._guarded("tick", lambda: self.apply(self.scheduler.tick()))
         if self.online.pending:
             self._guarded("samples", self.online.flush)
         for job_id, status in self.launcher.reap():
-            self._guarded("exit", lambda j=job_id, s=status: self._apply(self._exited(j, s)))
+            self._guarded("exit", lambda j=job_id, s=status: self.apply(
+                self.processes.exited(j, s)))
         for job_id, pid in self.launcher.new_job_pids():
-            self._guarded("job pid", self._job_started, job_id, pid)
+            self._guarded("job pid", self.processes.job_started, job_id, pid)
         # memory lets an ended job go at once (a burst of endings is not held for a check)
-        self._guarded("retirement", self.retention.retire, self.dirty, self.orphans)
+        self._guarded("retirement", self.retention.retire, self.dirty, self.processes.orphans)
         if check_store:
             self._guarded("store check", self._check_store)
             if time.monotonic() >= self._next_cpu_read:
                 self._next_cpu_read = time.monotonic() + CPU_READ_S
-                self._guarded("cpu", self._measure_cpu)
+                self._guarded("cpu", self.processes.measure_cpu)
             if not self.config.capacity:  # automatic: follow the cgroup (in-place pod resize)
                 self._guarded("capacity", self._follow_capacity)
         if self.dirty:
             self._resync()
         if self.store.recovered:
             self._record_store_faults()
-        if self.orphans:
-            self._guarded("orphans", self._watch_orphans)
+        if self.processes.orphans:
+            self._guarded("orphans", self._settle_orphans)
 
     def _follow_capacity(self) -> None:
         """The node's capacity from its cgroup, re-read: a change re-plans every job."""
@@ -226,7 +235,7 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             log.info("capacity %d -> %d workers (cgroup)", self.capacity, now)
             self._record_event(None, "capacity", {"workers": now, "was": self.capacity})
             self.capacity = now
-            self._apply(self.scheduler.set_capacity(now))
+            self.apply(self.scheduler.set_capacity(now))
 
     def _guarded(self, what: str, fn, *args):
         """Run one unit of work; a failure costs that unit only."""
@@ -257,14 +266,17 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
                         actions.reply[0][1].reason)
         elif register and peer is not None and self.shares is not None:  # by hand: its group
             self.shares.adopt(self.scheduler.jobs.get(msg.job), peer)
-        self._apply(actions)
+        self.apply(actions)
 
     def _name_check(self, name: str, pid: int) -> tuple[bool | None, str]:
         """A Slurm name against the Slurm job its process is in — only a pid the kernel gave
         (a ``tcp://`` job states its own, which could name a process inside another's job)."""
         return check_slurm_name(name, pid if pid and pid == self._kernel_pid else 0)
 
-    def _apply(self, actions: Actions) -> None:
+    def apply(self, actions: Actions) -> None:
+        """Carry out what the scheduler decided: launches, records, events, samples,
+        signals and messages (sent by the control loop, woken when another thread
+        applies). The caller holds ``lock`` once the node has started."""
         if self.node_cache is not None:
             self.node_cache.route(actions, self.scheduler.jobs)
         for job in actions.launch:
@@ -290,6 +302,15 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
         self.online.maybe_refit()
         if threading.current_thread() is not self._thread and hasattr(self, "broker"):
             self.broker.wake()  # a request's sends and windows: now, not at the next tick
+
+    def _launch(self, job: LiveJob) -> None:
+        unlaunched = self.processes.launch(job)
+        if unlaunched is not None:
+            self.apply(unlaunched)
+
+    def _settle_orphans(self) -> None:
+        for actions in self.processes.watch_orphans():
+            self.apply(actions)
 
     def _persist(self, job: LiveJob) -> None:
         if job.origin == "attached" and self.store.get_job(job.id) is None:
@@ -368,12 +389,9 @@ class Node(NodeServiceMixin, ProcessesMixin, RecoveryMixin):
             self._record_event(job_id, "separate_cpu_group", {"note": CPU_GROUP_NOTE})
             log.warning("%s: %s", job_id, CPU_GROUP_NOTE)
 
-    def fit_model(self, quiet: bool = False) -> dict:
-        """Refit the TPM now (``POST /v1/model/fit``); the model's summary."""
-        self.online.fit(quiet)
-        return self.model()
-
-    def _live(self, job_id: str, spec: JobSpec, token_digest: str, origin: str) -> LiveJob:
+    def live_job(self, job_id: str, spec: JobSpec, token_digest: str, origin: str) -> LiveJob:
+        """A job's ``LiveJob`` from its spec, its model's features counted when it ships
+        none."""
         if spec.features is not None:
             flops_g, params_m = spec.features.flops_g, spec.features.params_m
         else:

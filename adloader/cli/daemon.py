@@ -73,6 +73,7 @@ def _daemon(args) -> int:
 
     from adloader.daemon.api import metrics_listener
     from adloader.daemon.api.app import create_app
+    from adloader.daemon.api.service_impl import NodeApi
     from adloader.daemon.node import Node
     from adloader.daemon.ops import logs
     from adloader.daemon.ops.state_lock import StateLock
@@ -96,6 +97,7 @@ def _daemon(args) -> int:
         logs.configure(args.log_level, args.log_format)
         sys.setswitchinterval(GIL_SWITCH_S)  # before the control loop's thread starts
         node = Node(config)
+        api = NodeApi(node)
         listener = None
         try:
             node.start()
@@ -108,12 +110,12 @@ def _daemon(args) -> int:
                      args.log_format)
             if scrape is not None:  # GET /metrics alone, the read-only token alone
                 listener = metrics_listener.MetricsListener(
-                    scrape, metrics_listener.MetricsApp(node.metrics, metrics_token)).start()
+                    scrape, metrics_listener.MetricsApp(api.metrics, metrics_token)).start()
                 at_host, at_port = scrape.getsockname()[:2]
                 logs.say(f"adloader daemon: metrics http://{_url_host(at_host)}:{at_port}/metrics "
                          f"(the read-only token in {config.metrics_token_path})",
                          args.log_format)
-            app = create_app(node, token, metrics_token, config.metrics_on_loopback)
+            app = create_app(api, token, metrics_token, config.metrics_on_loopback)
             server = _Server(uvicorn.Config(app, log_level="warning", log_config=None))
 
             def ready() -> None:  # serving: systemd may start what comes after the daemon

@@ -20,6 +20,7 @@ from daemon_harness import RawMaster, wait_for
 
 from adloader.config import config_from
 from adloader.daemon import node as node_module
+from adloader.daemon.api.service_impl import NodeApi
 from adloader.daemon.node import Node
 from adloader.host import heap
 from adloader.protocol import Finish
@@ -69,10 +70,11 @@ def test_a_big_page_of_history_leaves_nothing_resident(tmp_path):
             db.executemany("INSERT INTO jobs (id, name, spec, state, token_digest, "
                            "submitted_at, finished_at, iteration, exit_code, origin) "
                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        node.jobs_page(JobQuery(limit=HISTORY))  # the statement, the reader, Python's arenas
+        api = NodeApi(node)
+        api.jobs_page(JobQuery(limit=HISTORY))  # the statement, the reader, Python's arenas
         heap.trim()  # made, and what that page freed given back: the next one starts clean
         before = _anon()
-        body, cursor = node.jobs_page(JobQuery(limit=HISTORY))
+        body, cursor = api.jobs_page(JobQuery(limit=HISTORY))
         after = _anon()
     finally:
         node.stop()

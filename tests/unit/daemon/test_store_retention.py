@@ -238,7 +238,7 @@ def test_a_view_made_for_a_job_retired_meanwhile_is_not_kept(tmp_path):
     and the view it keeps: the view is dropped again, so none stays behind for months."""
     from types import SimpleNamespace
 
-    from adloader.daemon.api.service_impl import NodeServiceMixin
+    from adloader.daemon.api.service_impl import NodeApi
 
     with Store(tmp_path / "s.db") as store:
         held = store.add_job(SPEC, "tok", state="running")
@@ -249,10 +249,11 @@ def test_a_view_made_for_a_job_retired_meanwhile_is_not_kept(tmp_path):
         store.update_job(gone, state="finished", finished_at=1.0, exit_code=0)
         store.release(gone)  # the retirement, after the page read its record
         node.static_views.pop(gone, None)
-        body = NodeServiceMixin._job_json(node, rec)
+        api = NodeApi(node)
+        body = api._job_json(rec)
         assert json.loads(body)["id"] == gone  # the page still shows what it read
         assert gone not in node.static_views
-        body = NodeServiceMixin._job_json(node, store.get_job(held))
+        body = api._job_json(store.get_job(held))
         assert json.loads(body)["iteration"] is None and held in node.static_views
 
 
