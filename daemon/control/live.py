@@ -1,12 +1,14 @@
 """What the scheduler tracks of each job (``LiveJob``), what one scheduler step asks the node
-to do (``Actions``), and the job states (A-Dloader §III-C's life cycle, made truthful)."""
+to do (``Actions``, a refusal among them), and the job states (A-Dloader §III-C's life
+cycle, made truthful)."""
 
 from __future__ import annotations
 
+import math
 import signal as signals
 from dataclasses import dataclass, field
 
-from adloader.protocol import DataSpec, Finish
+from adloader.protocol import DataSpec, Finish, Refused
 from adloader.scheduling.model.intake import IntakeCeiling
 from adloader.scheduling.model.samples import LoadingSample, TrainingSample
 
@@ -73,6 +75,13 @@ class LiveJob:
             else 10 * (self.iteration + 100)  # unknown, or past what it said: it grows
         return max(float(planned) - self.iteration, 1.0) * self.batch_size
 
+    def max_workers(self, capacity: int) -> int | None:
+        """A job confined to part of the node's CPUs gets at most that part of the node's
+        ``capacity`` workers (a step on 1 of 8 cores, of 24 workers: 3); None: no cap."""
+        if self.cpu_share is None:
+            return None
+        return max(1, math.ceil(capacity * self.cpu_share - 1e-9))
+
 
 @dataclass
 class Actions:
@@ -89,6 +98,14 @@ class Actions:
     def extend(self, other: Actions) -> None:
         for name in ("launch", "send", "reply", "kill", "events", "samples", "changed"):
             getattr(self, name).extend(getattr(other, name))
+
+
+def refuse(identity: bytes, msg, why: str, job: LiveJob | None = None) -> Actions:
+    """A message that is not taken: answered to its sender (``identity``) only, and recorded
+    against ``job`` when it names one; nothing about any job changes."""
+    return Actions(reply=[(identity, Refused(reason=why))],
+                   events=[(job.id if job else None, "refused",
+                            {"type": msg.type, "job": msg.job[:64], "reason": why})])
 
 
 def exit_text(exit_code: int | None, signal: int | None) -> str:

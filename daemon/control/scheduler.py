@@ -13,12 +13,13 @@ message brings such a job back. ``lost`` (nothing is known) is the one state a j
 again, when it proves itself, or when its exit status turns up.
 
 How a job ends — truthfully — is ``daemon.control.endings``; how a master registers,
-``daemon.control.registration``; what is tracked of a job, ``daemon.control.live``.
+``daemon.control.registration``: functions of the live job that this class calls with what
+they need of the node and whose outcome on the job set (a job filed, a decision opened, the
+policy told) it carries out. What is tracked of a job is ``daemon.control.live``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from adloader.config import ARRIVAL_SETTLE_S
@@ -29,7 +30,6 @@ from adloader.protocol import (
     Heartbeat,
     Pause,
     Paused,
-    Refused,
     Register,
     Resize,
     Resume,
@@ -42,7 +42,8 @@ from adloader.scheduling.model.throughput import ThroughputModel
 from adloader.scheduling.planner import PlanJob, admit, plan
 from adloader.scheduling.policies.registry import get_policy
 
-from .endings import EndingsMixin
+from . import endings, registration
+from .endings import Ending
 from .live import (  # noqa: F401  (the states, for the scheduler's users)
     ACTIVE,
     ENDED,
@@ -52,8 +53,9 @@ from .live import (  # noqa: F401  (the states, for the scheduler's users)
     Actions,
     LiveJob,
     exit_text,
+    refuse,
 )
-from .registration import RegistrationMixin
+from .registration import CpusOf, NameCheck
 from .tokens import TokenDigest
 
 REVIEW_MIN_S = 5.0  # ftf: a plan is looked at again no sooner than this
@@ -62,15 +64,17 @@ TRAINING_BOUND = 0.05  # a beat waiting at most this part of its iterations: a �
 LOADING_BOUND = 0.25  # a beat waiting at least this part: a λ sample (between: neither)
 
 
-class Scheduler(RegistrationMixin, EndingsMixin):
+class Scheduler:
+    """One node's jobs and the decisions on them; every input returns the ``Actions`` the
+    node is to carry out."""
+
     def __init__(self, *, capacity: int, gpus: int, policy: str, model: ThroughputModel,
                  tokens: TokenDigest, arrival_window_s: float = 30.0,
                  arrival_settle_s: float = ARRIVAL_SETTLE_S, hold_arrivals: bool = False,
                  completion_window_s: float = 30.0, heartbeat_s: float = 1.0,
                  lost_timeout_s: float = 3.0, max_jobs_per_gpu: int = 2,
                  cancel_grace_s: float = 10.0, clock: Callable[[], float],
-                 cpus_of: Callable[[int], tuple[int, float] | None] | None = None,
-                 name_check: Callable[[str, int], tuple[bool | None, str]] | None = None,
+                 cpus_of: CpusOf | None = None, name_check: NameCheck | None = None,
                  closed_loop: bool = False, loop_most: float = LoopSettings.grow_to):
         self.capacity, self.gpus = capacity, gpus
         self.policy = get_policy(policy)  # this node's own: its state (ftf's shadow) lives here
@@ -164,11 +168,11 @@ class Scheduler(RegistrationMixin, EndingsMixin):
             why = ("the token does not match the job" if job is not None
                    else f"job has ended ({self.ended[msg.job]})" if msg.job in self.ended
                    else "unknown job")
-            return self._refuse(identity, msg, why, job)
+            return refuse(identity, msg, why, job)
         if job.state in TERMINAL:
-            return self._refuse(identity, msg, f"job has ended ({job.state})", job)
+            return refuse(identity, msg, f"job has ended ({job.state})", job)
         if uid is not None and job.uid is not None and uid != job.uid:  # a token is not enough
-            return self._refuse(identity, msg, "the job belongs to another user", job)
+            return refuse(identity, msg, "the job belongs to another user", job)
         if uid is not None and job.uid is None and isinstance(msg, Register):
             job.uid = uid  # bound by its first registration the kernel vouches for
         job.peer = identity  # a new connection takes over only by proving the token
@@ -176,9 +180,15 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         if isinstance(msg, Exit):
             return self.exited(job.id, msg.exit_code, msg.signal)
         if job.state == "lost" and isinstance(msg, Register | Heartbeat):
-            return self._revive(job, msg)
+            # a lost job holds no workers: what the others hold is all that is taken
+            out = registration.revive(job, msg, free=self.capacity - self.node_workers(),
+                                      gpus=self.gpus)
+            self._open(self.arrival_window_s)
+            return out
         if isinstance(msg, Register):
-            return self._registered(job, msg)
+            return registration.confirm(job, msg, cpus_of=self.cpus_of,
+                                        capacity=self.capacity, heartbeat_s=self.heartbeat_s,
+                                        cancel_grace_s=self.cancel_grace_s)
         if isinstance(msg, Heartbeat):
             return self._heartbeat(job, msg)
         if isinstance(msg, Paused):
@@ -187,14 +197,60 @@ class Scheduler(RegistrationMixin, EndingsMixin):
             return Actions(changed=[job], events=[(job.id, "paused", {
                 "seq": msg.seq, "checkpoint": msg.checkpoint})])
         if isinstance(msg, Finish):
-            return self._finish(job, msg)
+            return self._settle(job, endings.finish(job, msg, self.clock()))
         return Actions()
 
-    def _refuse(self, identity: bytes, msg, why: str, job: LiveJob | None) -> Actions:
-        """Answer the sender only; nothing about any job changes."""
-        return Actions(reply=[(identity, Refused(reason=why))],
-                       events=[(job.id if job else None, "refused",
-                                {"type": msg.type, "job": msg.job[:64], "reason": why})])
+    def _attach(self, identity: bytes, msg: Register, uid: int | None) -> Actions:
+        """A job started by hand registers itself (``registration.attach``): filed, and
+        decided on after the arrival window."""
+        job, out = registration.attach(
+            identity, msg, uid=uid, ended=self.ended, tokens=self.tokens,
+            name_check=self.name_check, cpus_of=self.cpus_of,
+            free=self.capacity - self.node_workers(), capacity=self.capacity, gpus=self.gpus,
+            heartbeat_s=self.heartbeat_s, now=self.clock())
+        if job is not None:
+            self.jobs[job.id] = job
+            self._open(self.arrival_window_s)
+        return out
+
+    # -- endings (``daemon.control.endings``) ------------------------------------------
+    def exited(self, job_id: str, exit_code: int | None, signal: int | None = None,
+               tail: str | None = None, note: str | None = None) -> Actions:
+        """The job's process ended: its final state, from what is known of the exit (and a
+        ``note`` on how the daemon learned it, kept with the final event). An unknown or
+        terminal job: nothing."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return Actions()
+        return self._settle(job, endings.exited(job, exit_code, signal, tail, note))
+
+    def finished(self, job_id: str, state: str, exit_code: int | None = None,
+                 iterations: int | None = None, data: dict | None = None) -> Actions:
+        """A job ended by the daemon's own decision (cancelled while waiting, lost, a launch
+        that failed): its workers go back to the pool. An unknown or terminal job: nothing."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return Actions()
+        return self._settle(job, endings.finished(job, state, exit_code, iterations, data))
+
+    def cancel(self, job_id: str, signal: int | None = None) -> Actions:
+        """Cancel (``endings.cancel``, with ``cancel_grace_s``): a waiting job never starts, a
+        running one is asked to stop, or signalled with ``signal`` (launched jobs only). An
+        unknown or terminal job: nothing."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return Actions()
+        return self._settle(job, endings.cancel(job, self.clock(), self.cancel_grace_s,
+                                                signal))
+
+    def _settle(self, job: LiveJob, ending: Ending) -> Actions:
+        """Carry out what an ending asks of the job set; return what the node is to do."""
+        if ending.left:
+            self.policy.forget(job.id)  # e.g. ftf's shadow: balance would not have run it on
+        if ending.freed:
+            self._open(0.0 if ending.left else self.completion_window_s)
+            ending.actions.extend(self.rebase())
+        return ending.actions
 
     def pause(self, job_id: str, checkpoint: bool = False) -> Actions:
         """Suspension or preemption (§III-C): the master pauses at its next batch boundary,
@@ -229,7 +285,8 @@ class Scheduler(RegistrationMixin, EndingsMixin):
                 continue
             self.ending |= job.cancel_at is not None or job.ending_since is not None
             if job.cancel_at is not None:
-                out.extend(self._escalate(job, now))
+                out.extend(self._settle(job, endings.escalate(
+                    job, now, self.cancel_grace_s, self.lost_timeout_s)))
             elif job.ending_since is not None:
                 if now - job.ending_since > self.exit_wait_s:  # no word from the supervisor
                     out.extend(self.exited(job.id, None, None))
@@ -265,16 +322,9 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         return [PlanJob(j.id, j.batch_size, j.gpus, j.flops_g, j.params_m, j.remaining_samples,
                         j.state in ACTIVE, j.workers, j.gpu_ids, j.requested, j.rate_scale,
                         length_known=bool(j.iterations), started=j.iteration > 0,
-                        max_workers=self.max_workers(j),
+                        max_workers=j.max_workers(self.capacity),
                         intake=j.intake.rate(j.batch_size) if self.loop is not None else 0.0)
                 for j in jobs]
-
-    def max_workers(self, job: LiveJob) -> int | None:
-        """A job confined to part of the node's CPUs gets at most that part of its workers
-        (a step on 1 of 8 cores, of 24 workers: 3); None: no cap."""
-        if job.cpu_share is None:
-            return None
-        return max(1, math.ceil(self.capacity * job.cpu_share - 1e-9))
 
     def _plan(self, jobs: list[LiveJob]):
         return plan(self._views(jobs), capacity=self.capacity, gpus=self.gpus,
@@ -296,8 +346,8 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         except Exception as exc:  # isolate the job that breaks it
             bad = [j for j in waiting if not self._plans(running + [j])]
             for job in bad:
-                out.extend(self._end(job, "failed", None, {
-                    "exit": f"the scheduler could not plan it: {type(exc).__name__}: {exc}"}))
+                out.extend(self._settle(job, endings.end(job, "failed", None, {
+                    "exit": f"the scheduler could not plan it: {type(exc).__name__}: {exc}"})))
             waiting = [j for j in waiting if j not in bad]
             decision = self._plan(running + waiting)
         counts = dict(decision.workers)
@@ -362,7 +412,7 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         if set(planned) == loop.names:
             return {k: self.jobs[k].workers for k in planned}, []
         counts = loop.reset(self.clock(), planned,
-                            {k: self.max_workers(self.jobs[k]) for k in planned},
+                            {k: self.jobs[k].max_workers(self.capacity) for k in planned},
                             {k: self.jobs[k].requested for k in planned})
         for k in planned:  # C_j was measured beside other jobs: measured anew
             self.jobs[k].intake = IntakeCeiling()
@@ -379,7 +429,7 @@ class Scheduler(RegistrationMixin, EndingsMixin):
         if loop is None or not running or set(running) == loop.names:
             return out
         counts = loop.reset(self.clock(), {k: j.batch_size for k, j in running.items()},
-                            {k: self.max_workers(j) for k, j in running.items()},
+                            {k: j.max_workers(self.capacity) for k, j in running.items()},
                             {k: j.requested for k, j in running.items()}, first="even")
         for job_id, job in running.items():
             job.intake = IntakeCeiling()

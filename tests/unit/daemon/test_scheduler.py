@@ -15,6 +15,7 @@ import signal
 import pytest
 
 import adloader.daemon.control.scheduler as scheduler_module
+from adloader.daemon.control import endings, registration
 from adloader.daemon.control.live import ACTIVE, Actions, LiveJob
 from adloader.daemon.control.scheduler import Scheduler
 from adloader.daemon.control.tokens import TokenDigest
@@ -573,6 +574,35 @@ def test_exit_status_of_an_unknown_job_changes_nothing(sched):
     assert sched.jobs == {}
 
 
+def test_an_ending_is_a_function_of_the_job_and_says_what_the_job_set_is_to_do():
+    """``endings`` changes the job alone and says what follows for the others: a supervised
+    master's Finish frees its workers into the completion buffer; a running job that fails
+    frees them at once and leaves the policy; a waiting job's cancel frees none."""
+    job = LiveJob("a", "t", 32, 1, 3.63, 11.7, 200, state="running", workers=4,
+                  supervisor="launcher")
+    ending = endings.finish(job, Finish(job="a", token="x", iterations=200), now=5.0)
+    assert (ending.freed, ending.left) == (True, False)
+    assert (job.state, job.workers, job.ending_since) == ("running", 0, 5.0)
+    job = LiveJob("b", "t", 32, 1, 3.63, 11.7, 200, state="running", workers=4)
+    ending = endings.exited(job, 1)
+    assert (ending.freed, ending.left, job.state) == (True, True, "failed")
+    assert endings.exited(job, 0) == endings.Ending()  # terminal: left as it is
+    job = LiveJob("c", "t", 32, 1, 3.63, 11.7, 200, state="queued")
+    ending = endings.cancel(job, now=1.0, grace_s=10.0)
+    assert (ending.freed, ending.left, job.state) == (False, True, "cancelled")
+
+
+def test_a_refused_attach_files_no_job():
+    """``registration.attach`` returns the job for its caller to file, or none with the
+    refusal: an id that has ended is not taken again."""
+    job, out = registration.attach(
+        b"p", register_msg("old"), uid=None, ended={"old": "finished"},
+        tokens=TokenDigest(b"k" * 32), name_check=lambda name, pid: (None, ""),
+        cpus_of=lambda pid: None, free=CAPACITY, capacity=CAPACITY, gpus=GPUS,
+        heartbeat_s=1.0, now=0.0)
+    assert job is None and out.reply == [(b"p", Refused(reason="job has ended (finished)"))]
+
+
 # -- cancel -------------------------------------------------------------------------------
 
 def test_cancelling_a_waiting_job_ends_it_at_once(sched, clock):
@@ -826,7 +856,8 @@ def test_a_job_confined_to_fewer_cpus_is_never_given_more_workers(paper_model, c
     assert uncapped.jobs["pinned"].workers > 1  # what the plan gives it without the cap
     s = _attached_pair(paper_model, clock, {1001: (1, 1 / 8)})
     assert s.jobs["pinned"].cpus == 1 and s.jobs["free"].cpus is None
-    assert s.max_workers(s.jobs["pinned"]) == 1 and s.max_workers(s.jobs["free"]) is None
+    assert s.jobs["pinned"].max_workers(s.capacity) == 1
+    assert s.jobs["free"].max_workers(s.capacity) is None
     assert s.jobs["pinned"].workers == 1
     assert s.jobs["free"].workers == uncapped.jobs["free"].workers
     for _ in range(3):  # heartbeats and later decisions keep it
@@ -836,14 +867,11 @@ def test_a_job_confined_to_fewer_cpus_is_never_given_more_workers(paper_model, c
 
 @pytest.mark.parametrize("share, capacity, most", [(0.5, 6, 3), (1 / 8, 24, 3), (1 / 3, 4, 2),
                                                     (1 / 64, 8, 1)])
-def test_a_confined_job_gets_its_part_of_the_workers(paper_model, clock, share, capacity,
-                                                     most):
+def test_a_confined_job_gets_its_part_of_the_workers(share, capacity, most):
     """Its share of the node's CPUs × the node's workers, rounded up, at least 1: a node run
     with more workers than cores (loaders that wait on I/O) keeps that ratio for it."""
-    s = Scheduler(capacity=capacity, gpus=GPUS, policy="optimal", model=paper_model,
-                  tokens=TokenDigest(b"k" * 32), clock=clock)
     job = LiveJob("j", "t", 32, 1, 3.63, 11.7, 200, cpus=1, cpu_share=share)
-    assert s.max_workers(job) == most
+    assert job.max_workers(capacity) == most
 
 
 def test_a_name_the_kernel_contradicts_is_refused_and_a_verified_one_is_said(paper_model, clock):
