@@ -23,7 +23,6 @@ import os
 import queue
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +37,7 @@ from adloader.protocol import (
     Finish,
     JobFeatures,
     Pause,
+    Paused,
     Register,
     Resize,
     Resume,
@@ -45,12 +45,14 @@ from adloader.protocol import (
 )
 
 from .channel import Channel
+from .channel_handler import ChannelHandler
 from .launcher_name import job_name
-from .master_channel import ChannelCallbacks
-from .master_pause import PauseMixin
+from .master_state import MasterState
 from .node_ranks import NodeGroup, _dist, _rank_world, part_id, topology
+from .pause import JobPause
 
 CANCEL_EXIT_CODE = 128 + signal.SIGTERM
+PAUSE_POLL_S = 1.0  # how often paused ranks meet to look for Resume
 _LAUNCHER_STOP = object()  # queued by stop_requested; made a Stop newer than what it meets
 
 
@@ -70,8 +72,10 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class JobMaster(ChannelCallbacks, PauseMixin):
-    """One job's application master; built by ``attach``."""
+class JobMaster:
+    """One job's application master; built by ``attach``. It holds the ``MasterState`` it
+    shares with its ``ChannelHandler`` (what the channel's thread calls) and its ``JobPause``
+    (the workers released, the checkpoint, ``resume_from``)."""
 
     def __init__(
         self,
@@ -99,7 +103,6 @@ class JobMaster(ChannelCallbacks, PauseMixin):
         self.endpoint = endpoint
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self._token = token
-        self._state = state
         self._log = log
         self._pid = os.getpid()
         self.rank, self.world_size = _rank_world()
@@ -108,24 +111,20 @@ class JobMaster(ChannelCallbacks, PauseMixin):
         self._node_group: NodeGroup | None = None  # multi-node: made at the first boundary
         if self.nodes > 1:  # this node's part, registered with this node's daemon
             job = self.job = part_id(job, self.node, self.nodes)
-        self._lock = threading.Lock()
         self._hook_cpu_s = 0.0  # CPU seconds spent in on_batch (full collections apart)
         self._hook_gc_s = 0.0  # full collections that fell in on_batch
         self._resize_cpu_s = 0.0  # of the hook's, the pools a resize started (torch's iter())
         self._collections = FullCollections()  # started with the channel; until then 0
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._workers = workers  # what the loader runs with (0 while paused/released)
-        self._target = workers  # what it runs with once resumed
-        self._applied_seq = -1
-        self._iteration = 0
-        self._paused = False
+        self._state = MasterState(workers)
+        self._handler = ChannelHandler(self._state, job=job, endpoint=endpoint, token=token,
+                                       pid=self._pid, log=log)
+        self._pause = JobPause(self._state, loader, job=job, rank=self.rank,
+                               checkpoint_dir=self.checkpoint_dir, user_state=state, log=log)
         self._finished = False
         self._distributed: bool | None = None  # decided at the first batch boundary
         self._exit_code = 0  # what the master saw of how the process ends
         self._error: str | None = None
-        self._stop_at: float | None = None  # cancelled: the grace ends then
         self._stopped_by: str | None = None  # its launcher asked it to stop (stop_requested)
-        self._reset_interval()
         self.channel: Channel | None = None
         if self.local_rank == 0 and endpoint and features is not None:
             register = Register(job=job, token=token, pid=self._pid, cpu_group=cpu_group(),
@@ -135,9 +134,10 @@ class JobMaster(ChannelCallbacks, PauseMixin):
                                 supervisor=supervisor if supervisor in SUPERVISORS else None,
                                 name=job_name(features), data=data)
             self._collections.start()
-            self.channel = Channel(endpoint, register, self._receive, self._heartbeat,
-                                   connect_timeout_s=connect_timeout_s,
-                                   on_silent=self._silent, on_refused=self._refused,
+            self.channel = Channel(endpoint, register, self._handler.receive,
+                                   self._handler.heartbeat, connect_timeout_s=connect_timeout_s,
+                                   on_silent=self._handler.silent,
+                                   on_refused=self._handler.refused,
                                    collections=self._collections)
             self.channel.start()
         elif self.local_rank == 0:
@@ -149,21 +149,21 @@ class JobMaster(ChannelCallbacks, PauseMixin):
     @property
     def workers(self) -> int:
         """Workers the loader runs with now (0 while paused)."""
-        return self._workers
+        return self._state.workers
 
     @property
     def applied_seq(self) -> int:
         """Sequence number of the last command applied (-1 before the Allocation)."""
-        return self._applied_seq
+        return self._state.applied_seq
 
     @property
     def iteration(self) -> int:
         """Batches consumed, counting those before a ``resume_from`` checkpoint."""
-        return self._iteration
+        return self._state.iteration
 
     @property
     def paused(self) -> bool:
-        return self._paused
+        return self._state.paused
 
     @property
     def connected(self) -> bool:
@@ -185,7 +185,7 @@ class JobMaster(ChannelCallbacks, PauseMixin):
         several ranks, rank 0's request is the one broadcast, as the daemon's would be."""
         if self._stopped_by is None:
             self._stopped_by = by
-            self._commands.put(_LAUNCHER_STOP)  # its seq is given when taken: see _take
+            self._state.commands.put(_LAUNCHER_STOP)  # its seq is given when taken: see _take
 
     def note_exception(self, kind: type, value: BaseException) -> None:
         """What ends the process (from the except hook): Ctrl-C, or an uncaught error."""
@@ -228,17 +228,7 @@ class JobMaster(ChannelCallbacks, PauseMixin):
             self._hook_cpu_s += time.thread_time() - began - collected
 
     def _on_batch(self, stats) -> None:
-        with self._lock:
-            self._iteration += 1
-            self._count += 1
-            step = float(stats.step_s or 0.0)
-            if step > 0:
-                self._steps += 1
-                self._step_sum += step
-            self._wait_sum += max(float(stats.wait_s or 0.0), 0.0)
-            self._samples += int(stats.samples or 0)
-            if not self._paused and stats.workers is not None:
-                self._workers = int(stats.workers)
+        self._state.record(stats)
         for command in self._exchange(self._take()):
             self._apply(command)
 
@@ -253,16 +243,17 @@ class JobMaster(ChannelCallbacks, PauseMixin):
         resize the daemon numbered alike would make it stale, and the job would train on
         until its launcher's SIGKILL)."""
         out = []
+        commands = self._state.commands
         try:
             if timeout_s is not None:
-                out.append(self._commands.get(timeout=timeout_s))
+                out.append(commands.get(timeout=timeout_s))
             while True:
-                out.append(self._commands.get_nowait())
+                out.append(commands.get_nowait())
         except queue.Empty:
             pass
         if any(c is _LAUNCHER_STOP for c in out):
             out = [c for c in out if c is not _LAUNCHER_STOP]
-            newest = max([self._applied_seq, *(c.seq for c in out)])
+            newest = max([self._state.applied_seq, *(c.seq for c in out)])
             out.append(Stop(seq=newest + 1, grace_s=0.0))
         return out
 
@@ -284,24 +275,46 @@ class JobMaster(ChannelCallbacks, PauseMixin):
         return self._node_group
 
     def _apply(self, command) -> None:
-        if command.seq <= self._applied_seq:
+        state = self._state
+        if command.seq <= state.applied_seq:
             return  # stale: queued while we were away, or already applied
         if isinstance(command, Stop):
-            self._applied_seq = command.seq
+            state.applied_seq = command.seq
             by = f" by {self._stopped_by}" if self._stopped_by else ""
             self._exit_code, self._error = CANCEL_EXIT_CODE, f"cancelled{by}"
             raise JobCancelled(self.job)
         if isinstance(command, Pause):
-            self._pause(command)
+            self._apply_pause(command)
             return
         if isinstance(command, Allocation) and command.cache and self._on_cache is not None:
             self._on_cache(command.cache)  # before the workers (re)start: they inherit it
         if isinstance(command, Allocation | Resize | Resume):
-            self._target = command.workers
-            if not self._paused or isinstance(command, Resume):
-                self._paused = False
+            state.target = command.workers
+            if not state.paused or isinstance(command, Resume):
+                state.paused = False
                 self._resize(command.workers)
-        self._applied_seq = command.seq
+        state.applied_seq = command.seq
+
+    def _apply_pause(self, command: Pause) -> None:
+        """Release the workers, checkpoint if asked, say Paused; wait for Resume if new."""
+        waiting = self._state.paused  # already paused: only answer again
+        path = self._pause.release(command)
+        self._exchange([])  # every rank has released (and rank 0 saved) before Paused
+        self._state.applied_seq = command.seq
+        if self.channel is not None:
+            self.channel.post(Paused(job=self.job, token=self._token, seq=command.seq,
+                                     checkpoint=str(path) if path else None))
+        while not waiting and self._state.paused and not self._finished:
+            for later in self._exchange(self._take(PAUSE_POLL_S) if self.local_rank == 0
+                                        else []):
+                self._apply(later)
+
+    def resume_from(self, path: str | os.PathLike | None = None, *,
+                    weights_only: bool = True) -> dict | None:
+        """Load a Pause checkpoint after a relaunch (``path`` or ADLOADER_RESUME): the
+        loader's state and the iteration count; returns the user's state (what ``state()``
+        gave), or None when there is nothing to resume from (``JobPause.resume_from``)."""
+        return self._pause.resume_from(path, weights_only=weights_only)
 
     def _resize(self, workers: int) -> None:
         """The job's workers; with several ranks, this rank's share of them in proportion
@@ -312,16 +325,14 @@ class JobMaster(ChannelCallbacks, PauseMixin):
             self.loader.resize(share)
             collected = self._collections.spent() - gc_began
             self._resize_cpu_s += time.thread_time() - began - collected
-        self._workers = workers
+        self._state.workers = workers
 
     def _rank_share(self, total: int) -> int:
         from adloader.datapath.locality_batch import split_workers
 
-        if self._miss_load is not None:
-            load = float(self._miss_load())
-        else:  # the data wait per batch so far: a rank that misses more waits more
-            with self._lock:
-                load = self._wait_sum / max(self._count, 1)
+        # without a miss load, the data wait per batch so far: a rank that misses more waits more
+        load = (float(self._miss_load()) if self._miss_load is not None
+                else self._state.mean_wait())
         if self.nodes > 1:  # the node's share, among the node's ranks
             return int(split_workers(total, self._group().all_gather(max(load, 0.0)))
                        [self.local_rank])
@@ -337,7 +348,7 @@ class JobMaster(ChannelCallbacks, PauseMixin):
         self._finished = True
         atexit.unregister(self._at_exit)
         if self.channel is not None:
-            final = Finish(job=self.job, token=self._token, iterations=self._iteration,
+            final = Finish(job=self.job, token=self._token, iterations=self._state.iteration,
                            exit_code=max(min(exit_code, 2**31 - 1), -(2**31)),
                            error=self._error, stopped_by=self._stopped_by)
             self.channel.stop(final if self.channel.allocated.is_set() else None)

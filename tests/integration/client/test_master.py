@@ -478,7 +478,7 @@ def test_real_elastic_loader_resized_paused_and_resumed_loses_nothing(daemon, li
     consumer.start()
     assert at_gate.wait(10) and master.applied_seq == 1 and loader.num_workers == 3
     assert daemon.send(b"j1", Pause(seq=2, checkpoint=True))
-    wait_for(lambda: not master._commands.empty(), what="Pause to reach the master")
+    wait_for(lambda: not master._state.commands.empty(), what="Pause to reach the master")
     gate.set()
     [paused] = wait_for(lambda: daemon.messages(Paused), what="Paused")
     assert master.paused and load_checkpoint(paused.checkpoint)["loader"]["consumed"] == 5

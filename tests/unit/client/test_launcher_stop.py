@@ -32,10 +32,10 @@ def _master() -> tuple[JobMaster, Loader]:
 
 def test_a_stop_asked_while_a_resize_waits_ends_the_job_after_applying_it():
     master, loader = _master()
-    master._receive(Resize(seq=0, workers=2))
+    master._handler.receive(Resize(seq=0, workers=2))
     master.on_batch(BATCH)
     assert master.applied_seq == 0 and loader.sizes == [2]
-    master._receive(Resize(seq=1, workers=3))  # the daemon's, not yet at a boundary
+    master._handler.receive(Resize(seq=1, workers=3))  # the daemon's, not yet at a boundary
     master.stop_requested("slurm")  # then scancel's SIGTERM
     with pytest.raises(JobCancelled):
         master.on_batch(BATCH)
@@ -46,7 +46,7 @@ def test_a_stop_asked_while_a_resize_waits_ends_the_job_after_applying_it():
 def test_a_resize_that_comes_after_the_stop_does_not_undo_it():
     master, loader = _master()
     master.stop_requested("slurm")
-    master._receive(Resize(seq=0, workers=4))
+    master._handler.receive(Resize(seq=0, workers=4))
     with pytest.raises(JobCancelled):
         master.on_batch(BATCH)
     master.stop_requested("slurm")  # a second SIGTERM: nothing more is queued
