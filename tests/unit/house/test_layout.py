@@ -78,3 +78,50 @@ def test_no_folder_holds_more_than_15_modules_at_its_top():
     crowded = _crowded_folders()
     assert not crowded, (f"more than {MOST_MODULES} modules in one folder (split it into "
                          f"sub-folders by concept): {crowded}")
+
+
+SOURCE_FOLDERS = ("adloader", "daemon", "client", "bench", "models", "workloads")
+
+
+def _classes() -> list[tuple[str, str, list[str]]]:
+    """(file, class, the names of its bases) for every class of the project's source."""
+    import ast
+
+    found = []
+    for top in SOURCE_FOLDERS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    bases = []
+                    for base in node.bases:
+                        base = base.value if isinstance(base, ast.Subscript) else base
+                        if isinstance(base, ast.Name):
+                            bases.append(base.id)
+                        elif isinstance(base, ast.Attribute):
+                            bases.append(base.attr)
+                    found.append((path.relative_to(ROOT).as_posix(), node.name, bases))
+    return found
+
+
+def test_no_class_is_spread_over_mixins():
+    """Composed, not mixed in: no class named a mixin, and none that inherits from two or
+    more of the project's own classes (a class spread over files)."""
+    classes = _classes()
+    ours = {name for _, name, _ in classes}
+    mixins = [f"{f}: {c}" for f, c, _ in classes if c.endswith("Mixin")]
+    spread = [f"{f}: {c}({', '.join(b)})" for f, c, b in classes
+              if sum(base in ours for base in b) >= 2]
+    assert not mixins and not spread, f"mixins: {mixins}; classes over several: {spread}"
+
+
+@pytest.mark.parametrize("planted", ["class NodeMixin:\n    pass\n",
+                                     "class A:\n    pass\nclass B:\n    pass\n"
+                                     "class C(A, B):\n    pass\n"])
+def test_a_planted_mixin_is_found(planted, monkeypatch):
+    module = ROOT / "adloader" / "_planted_for_test.py"
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: [module]
+                        if self == ROOT / "adloader" else [])
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: planted)
+    with pytest.raises(AssertionError, match="mixins|several"):
+        test_no_class_is_spread_over_mixins()
