@@ -7,19 +7,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import multiprocessing
 import re
 import socket
 import subprocess
+import sys
 import threading
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
-import conftest
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def _root_conftest():
+    """tests/conftest.py as a module: the one pytest loaded, else loaded from its path (in a
+    whole run another folder's conftest.py may hold the name ``conftest``)."""
+    path = ROOT / "tests" / "conftest.py"
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and Path(file).resolve() == path:
+            return module
+    spec = importlib.util.spec_from_file_location("adloader_tests_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+conftest = _root_conftest()
 
 
 def test_the_needs_are_the_markers_registered_and_the_ones_test_fast_leaves_out():
