@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -283,21 +284,31 @@ def test_under_the_turn_rule_the_daemon_weights_a_held_job_least(sharing_daemon)
 HAND_STARTED = """
 import os, subprocess, sys, time
 os.sched_setaffinity(0, {{0}})  # all of the job on the CPU they contend for
-alone = open("/proc/self/cgroup").read()  # before its group: what it starts then stays out
 from adloader.client import attach
 from adloader.client.loader.loader import ElasticDataLoader
 loader = ElasticDataLoader(list(range(10**6)), batch_size=4, num_workers=0)
 job = attach(loader, model="smResnet20", batch_size=4, iterations=10**6)
-deadline = time.monotonic() + 60
-while open("/proc/self/cgroup").read() == alone:  # the daemon moves it as it registers
-    if time.monotonic() > deadline:
-        sys.exit("never moved into its group")
+deadline = time.monotonic() + 120
+while not os.path.exists({go!r}):  # the test's word: the daemon has placed it (moved into
+    if time.monotonic() > deadline:  # its group, or weighted where it is); what it starts
+        sys.exit("never told it was placed")  # from now on starts there
     time.sleep(0.01)  # the poll's interval, under the deadline above
 busy = [subprocess.Popen([sys.executable, "-c", {busy!r}]) for _ in range({n})]
 print(" ".join(str(p.pid) for p in busy), flush=True)
 for batch in loader:
     time.sleep(0.05)  # pacing: a training step
 """
+
+
+def placed(daemon, job: str, go: Path) -> None:
+    """Wait until the daemon has placed ``job`` in its CPU group — moved it there, or (a Slurm
+    step on cgroup v2) weighted it where it is — then tell the job (``HAND_STARTED``'s go
+    file)."""
+    from daemon_harness import wait_for
+
+    wait_for(lambda: daemon.events("cpu_group_joined", job)
+             or daemon.events("cpu_group_kept", job), 60, f"{job} placed in its CPU group")
+    go.touch()
 
 
 def test_jobs_started_by_hand_join_their_groups_and_a_tenant_takes_only_its_share(
@@ -312,11 +323,14 @@ def test_jobs_started_by_hand_join_their_groups_and_a_tenant_takes_only_its_shar
     procs: dict[str, subprocess.Popen] = {}
     try:
         for job, n in (("tenant", 6), ("modest", 1)):
-            cmd = script(tmp_path, f"{job}.py", HAND_STARTED.format(busy=BUSY, n=n))
+            cmd = script(tmp_path, f"{job}.py",
+                         HAND_STARTED.format(busy=BUSY, n=n, go=str(tmp_path / f"{job}.go")))
             env = dict(os.environ, ADLOADER_ENDPOINT=d.endpoint, ADLOADER_JOB=job,
                        ADLOADER_JOB_TOKEN=f"{job}-token")
             procs[job] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True,
                                           start_new_session=True)
+        for job in procs:
+            placed(d, job, tmp_path / f"{job}.go")
         busy = {job: set(p.stdout.readline().split()) for job, p in procs.items()}
         assert [len(b) for b in busy.values()] == [6, 1], busy
         for job, p in procs.items():

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import Daemon, script, wait_for
 from slurm_cluster import SlurmCluster
-from test_cpu_share import BUSY, HAND_STARTED, _share_of, cpu_shares_here
+from test_cpu_share import BUSY, HAND_STARTED, _share_of, cpu_shares_here, placed
 
 from adloader import env as names
 
@@ -83,7 +83,7 @@ def test_two_steps_sharing_a_core_take_their_shares_and_stay_slurm_s(shared_node
     steps: dict[str, subprocess.Popen] = {}
     try:
         for job, (n, workers) in STEPS.items():
-            body = HAND_STARTED.format(busy=BUSY, n=n).replace(
+            body = HAND_STARTED.format(busy=BUSY, n=n, go=str(tmp_path / f"{job}.go")).replace(
                 "num_workers=0", f"num_workers={workers}")
             cmd = script(tmp_path, f"{job}.py", body)
             env = {**cluster.env, "ADLOADER_ENDPOINT": daemon.endpoint, "ADLOADER_JOB": job,
@@ -93,6 +93,8 @@ def test_two_steps_sharing_a_core_take_their_shares_and_stay_slurm_s(shared_node
                 ["srun", "-N1", "-n1", f"-c{os.cpu_count()}", f"--job-name={job}", *cmd],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 cwd=tmp_path)
+        for job in steps:
+            placed(daemon, job, tmp_path / f"{job}.go")
         busy = {job: set(p.stdout.readline().split()) for job, p in steps.items()}
         assert [len(b) for b in busy.values()] == [6, 1], (busy, cluster.logs())
         for job in steps:

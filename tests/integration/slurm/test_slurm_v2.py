@@ -15,7 +15,6 @@ sets them up): skipped without them, except under CI=true, where it must run."""
 from __future__ import annotations
 
 import kernel_vm
-import pytest
 
 TEST = "test_a_slurm_name_taken_outside_that_slurm_job_is_refused"
 SHARES = "test_two_steps_sharing_a_core_take_their_shares_and_stay_slurm_s"
@@ -34,10 +33,5 @@ def test_slurm_names_and_step_shares_on_cgroup_v2(tmp_path):
         "tests/integration/cgroups/test_slurm_cpu_share.py",
         tmp_path / "guest", setup=SETUP)
     assert run.exit_code is not None, run.console[-3000:]
-    if outcomes == {TEST: "passed", SHARES: "failure"}:
-        # a known failure, open: under cgroup v2 in the guest a step started by hand is not
-        # moved into its group within 60 s (on cgroup v1, tests/integration/cgroups/
-        # test_slurm_cpu_share.py passes on the host)
-        pytest.xfail("a hand-started Slurm step is not moved into its group on cgroup v2")
     assert outcomes == {TEST: "passed", SHARES: "passed"}, (outcomes, run.log[-4000:])
     assert run.exit_code == 0, run.log[-3000:]
