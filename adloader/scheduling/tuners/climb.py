@@ -10,8 +10,9 @@ CPU budget, then in-process optimisation without restarting the pool):
    the ``settle`` batches after a change are the new workers' cold start and are not read;
 3. a step tries one worker more (the job waited on its loader for more than
    ``wait_threshold`` of the window) or one fewer (it did not: a worker may be idle); it
-   stays if the rate rose by ``min_gain`` at least against the best count's last window,
-   and the climb goes on that way; otherwise the count goes back to the best and the
+   stays if the rate rose by ``min_gain`` at least against the best count's last window in
+   ``confirm`` windows running (one window's gain on a noisy node is as often chance as
+   not), and the climb goes on that way; otherwise the count goes back to the best and the
    other way is tried once; when neither way gains, the count holds;
 4. held, it looks again every ``repeat`` windows (the node around it changes: other jobs
    start and end), from the best count, with the best count's rate measured anew.
@@ -39,6 +40,7 @@ class ClimbingTuner:
     min_gain: float = 0.03
     repeat: int = 10
     abort_loss: float = 0.15
+    confirm: int = 2
     workers: int = field(init=False)
     best: int = field(init=False)
     best_rate: float = field(init=False, default=0.0)
@@ -47,6 +49,7 @@ class ClimbingTuner:
     _tried: set = field(init=False, default_factory=set)  # the ways that failed from best
     _held: int = field(init=False, default=0)  # windows held since the climb stopped
     _skip: int = field(init=False, default=0)  # batches of a cold start still to skip
+    _gained: int = field(init=False, default=0)  # windows running the step under trial gained
     _window: BatchWindow = field(init=False)
 
     def __post_init__(self) -> None:
@@ -83,9 +86,12 @@ class ClimbingTuner:
             if way in self._tried:
                 way = -way
             return self._step(way)
-        if rate >= (1 + self.min_gain) * self.best_rate:  # the step gained: keep climbing
+        if rate >= (1 + self.min_gain) * self.best_rate:  # the step gained
+            self._gained += 1
+            if self._gained < self.confirm:  # once more, to be sure
+                return self.workers
             self.best, self.best_rate, self._tried = self.workers, rate, set()
-            return self._step(self._direction)
+            return self._step(self._direction)  # it did: keep climbing
         self._tried.add(self._direction)  # it did not: back to the best count
         self._direction = 0
         return self._set(self.best)
@@ -102,7 +108,7 @@ class ClimbingTuner:
                 self._tried.add(way)
                 self._direction = 0
                 return self.workers
-        self._direction = way
+        self._direction, self._gained = way, 0
         return self._set(target)
 
     def _set(self, workers: int) -> int:

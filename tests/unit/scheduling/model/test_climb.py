@@ -68,7 +68,33 @@ def test_the_batches_of_a_cold_start_are_not_read():
     drive(tuner, peaked(8), 14)
     assert len(tuner.history) == 1  # the new count's cold batches, then its window
     drive(tuner, peaked(8), 1)
-    assert len(tuner.history) == 2 and tuner.workers == 4
+    assert len(tuner.history) == 2 and tuner.workers == 3  # gained: a second window to be sure
+    drive(tuner, peaked(8), 10)
+    assert len(tuner.history) == 3 and tuner.workers == 4  # no cold start between the two
+
+
+def test_a_gain_in_one_window_alone_is_not_kept():
+    """A step whose first window reads 10 % better by chance and its second no better goes
+    back to the best count; one that gains in both windows stays."""
+    windows_at_3 = []
+
+    def lucky(d):  # 3 workers load as 2 do, but the first window at 3 reads 10 % more
+        if d != 3:
+            return 200.0
+        return 220.0 if len(windows_at_3) == 0 else 200.0
+
+    tuner = ClimbingTuner(start=2, budget=3, window=10, settle=0)
+    for _ in range(60):
+        before = len(tuner.history)
+        drive(tuner, lucky, 1)
+        if len(tuner.history) > before and tuner.history[-1][0] == 3:
+            windows_at_3.append(tuner.history[-1])
+    assert [w for w, _, _ in tuner.history[:4]] == [2, 3, 3, 2]
+    assert tuner.best == 2
+
+    steady = ClimbingTuner(start=2, budget=3, window=10, settle=0)
+    drive(steady, lambda d: 200.0 if d == 2 else 220.0, 40)
+    assert steady.best == 3
 
 
 def test_a_clearly_worse_step_is_judged_at_half_a_window_a_close_one_at_a_whole():
