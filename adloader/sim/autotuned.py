@@ -1,14 +1,20 @@
-"""The per-job autotuner simulated: no daemon, every job runs its own copy of the tuner users
-would write (``adloader.scheduling.tuners.autotune.Autotuner``, the same class the live baseline
-runs), on the same truth as the daemon's policies.
+"""The per-job tuners simulated: no daemon, every job runs its own copy of a tuner users
+would write, the same class the live baseline runs, on the same truth as the daemon's
+policies — the weak one (``autotune``: ``adloader.scheduling.tuners.autotune.Autotuner``,
+from 1 worker, one more a window while the gain lasts, then fixed) or the competent one
+(``climb``: ``adloader.scheduling.tuners.climb.ClimbingTuner``, from the node's workers ÷ the
+jobs, climbing both ways within the node's workers and looking again for as long as the job
+runs).
 
 Each job starts at the tuner's first count the moment it arrives (no buffer, no capacity
-cap, at most the node's cores); every ``window`` batches the tuner reads the window's rate
-and its data-wait fraction and says the count for the next window. The wait a job sees is
-the share of its time not spent in its GPU step: with r its rate and r_free the rate it would
-have with loading unbounded (its GPU partners as they are), w = 1 − r / r_free. A changed
-count stalls the job for the configured reallocation cost (adloader's live resize, 0.1 s by
-default), which is less than a new torch pool costs: the baseline is not made weaker.
+cap, at most the node's cores for ``autotune``, the node's workers for ``climb``); every
+``window`` batches (10 for ``autotune``, 20 for ``climb``: their own windows) the tuner reads
+the window's rate and its data-wait fraction and says the count for the next window. The
+wait a job sees is the share of its time not spent in its GPU step: with r its rate and
+r_free the rate it would have with loading unbounded (its GPU partners as they are),
+w = 1 − r / r_free. A changed count stalls the job for the configured reallocation cost
+(adloader's live resize, 0.1 s by default), which is less than a new torch pool costs, and
+that stall is not read (``climb``'s cold-start batches): the baselines are not made weaker.
 """
 
 from __future__ import annotations
@@ -18,28 +24,46 @@ from dataclasses import replace
 
 from adloader.device.device_profile import DeviceProfile
 from adloader.scheduling.tuners.autotune import Autotuner
+from adloader.scheduling.tuners.climb import ClimbingTuner
 from adloader.sim.simulator import EPS, SimConfig, SimResult, Simulator, gpu_rates
 from adloader.sim.trace import Trace
 
-WINDOW = 10  # batches a reading spans (the tuner's default)
+WINDOW = 10  # batches a reading spans (the weak tuner's default)
+TUNERS = ("autotune", "climb")
 
 
 class AutotunedSimulator(Simulator):
-    """``Simulator`` with no daemon: each job's workers are its own tuner's (see the module)."""
+    """``Simulator`` with no daemon: each job's workers are its own tuner's (see the module).
+    ``tuner``: ``autotune`` or ``climb``; ``window``: batches a reading spans (the tuner's
+    own by default)."""
 
     def __init__(self, trace: Trace, profile: DeviceProfile, model, config: SimConfig,
-                 window: int = WINDOW):
+                 window: int | None = None, tuner: str = "autotune"):
+        if tuner not in TUNERS:
+            raise ValueError(f"no tuner {tuner!r}: one of {', '.join(TUNERS)}")
         cores = profile.cores
+        workers = config.capacity or cores  # the node's workers, as the daemon would get them
+        most = workers if tuner == "climb" else cores  # the most one job may take
+        if tuner == "climb":
+            start = max(1, workers // max(len(trace.jobs), 1))
+
+            def make() -> ClimbingTuner:  # fed once a window with its totals: its window is 1
+                return ClimbingTuner(start=start, budget=workers, window=1, settle=0)
+            window = window or ClimbingTuner(start=1, budget=1).window
+        else:
+            start = Autotuner().workers
+
+            def make() -> Autotuner:
+                return Autotuner(most=cores, window=1)
+            window = window or WINDOW
         config = replace(config, policy="requested", realloc=False, correct=False,
-                         capacity=cores * max(len(trace.jobs), 1), arrival_window_s=0.0,
-                         arrival_settle_s=0.0, completion_window_s=0.0)
-        start = Autotuner().workers
+                         capacity=most * max(len(trace.jobs), 1),
+                         arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0)
         trace = trace.model_copy(update={"jobs": tuple(
             j.model_copy(update={"workers": start}) for j in trace.jobs)})
         super().__init__(trace, profile, model, config)
         self.window = window
-        # one tuner a job, fed once a window with the window's totals (its own window is 1)
-        self.tuners = {j.name: Autotuner(most=cores, window=1) for j in self.jobs}
+        self.tuners = {j.name: make() for j in self.jobs}
         self.reading = {j.name: [0.0, 0.0, 0.0] for j in self.jobs}  # iterations, time, wait
 
     def _advance(self, dt: float, rates: dict[str, float]) -> None:
@@ -84,5 +108,6 @@ class AutotunedSimulator(Simulator):
 
 
 def simulate_autotuned(trace: Trace, profile: DeviceProfile, model,
-                       config: SimConfig | None = None) -> SimResult:
-    return AutotunedSimulator(trace, profile, model, config or SimConfig()).run()
+                       config: SimConfig | None = None, tuner: str = "autotune") -> SimResult:
+    return AutotunedSimulator(trace, profile, model, config or SimConfig(),
+                              tuner=tuner).run()

@@ -28,8 +28,9 @@ Members (the node sizes users have, the mix shapes of interest):
   minute (``traces/lengths-apart.json``).
 
 Beside the best uniform setting, every row is compared with the best of *every* no-daemon
-row (``no_daemon.compare``: the uniform settings, each job's autotuner, each job's own best
-count in hindsight and the FIFO and shortest-first queues), named in the table.
+row (``no_daemon.compare``: the uniform settings, each job's tuner — the competent ``climb``
+and the weak ``autotune`` — each job's own best count in hindsight and the FIFO and
+shortest-first queues), named in the table, and with the competent tuner alone.
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ def run_space(paper: DeviceProfile, model_for, base: SimConfig, policy: str = "f
             "best_fixed_jct": best["mean_jct_s"]["setting"],
             **{k: mine[k] for k in ("makespan_x_best_fixed", "mean_jct_x_best_fixed",
                                     "makespan_x_autotune", "mean_jct_x_autotune",
+                                    "makespan_x_climb", "mean_jct_x_climb",
                                     "worst_jct_x_even")},
             "best_nodaemon_makespan": best_any["makespan_s"]["setting"],
             "best_nodaemon_jct": best_any["mean_jct_s"]["setting"],
@@ -198,21 +200,23 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
         f"the declared space (adloader.bench.sim.declared), truth {truth}, CPU shared as the "
         f"kernel shares it: {DEFAULT_POLICY} under the daemon (the node's cores) against the best "
         "fixed num_workers (per figure, the least of requested, even, cores, one) and the best "
-        "of every no-daemon row (those, each job's autotuner and own best count in hindsight, "
-        "the FIFO and shortest-first queues); floor: no schedule's mean JCT or makespan is "
+        "of every no-daemon row (those, each job's tuners — the competent climb and the weak "
+        "autotune — and own best count in hindsight, the FIFO and shortest-first queues); "
+        "climb: against the competent tuner alone; floor: no schedule's mean JCT or makespan is "
         "lower (any workers or placement), fair: none that keeps every job within 1/0.95 of its "
         f"even-split JCT (--floor-slot); gain: ≥ {GAIN:g}× better makespan or mean JCT than the "
         f"best no-daemon row, cost: > {COST:g}× "
         "worse in both, else a tie",
         ["mix", "node", "jobs", "makespan × best fixed", "mean JCT × best fixed",
          "makespan × best no-daemon", "mean JCT × best no-daemon (which)",
-         "worst job JCT × even",
+         "mean JCT × climb", "worst job JCT × even",
          "floor × best no-daemon", "verdict"],
         [[r["mix"], f"{r['cores']} cores, {r['gpus']} GPUs", r["jobs"],
           f"{r['makespan_x_best_fixed']:.3f}", f"{r['mean_jct_x_best_fixed']:.3f}",
           f"{r['makespan_x_best_nodaemon']:.3f}",
           f"{r['mean_jct_x_best_nodaemon']:.3f} ({_short(r['best_nodaemon_jct'])})",
-          f"{r['worst_jct_x_even']:.3f}", f"{r['floor_x_best_nodaemon']:.3f}"
+          f"{r['mean_jct_x_climb']:.3f}", f"{r['worst_jct_x_even']:.3f}",
+          f"{r['floor_x_best_nodaemon']:.3f}"
           + ("" if r["fair_floor_jct_x_best_nodaemon"] is None
              else f" (fair {r['fair_floor_jct_x_best_nodaemon']:.3f})"),
           r["verdict"]] for r in rows]))

@@ -159,17 +159,18 @@ def against_no_daemon(out: Console, trace, profile, model, config,
     out.print(table(
         f"against no daemon (truth: {config.truth}, profile {profile.name}, CPU shared as the "
         "kernel shares it; no daemon: no buffers, no capacity cap, fixed num_workers or each "
-        f"job's autotuner; the daemon: {capacity} workers, as it takes the node's cores by "
-        "default): ratios against the even split, the best fixed setting (per figure, the "
-        "least of requested, even, cores, one) and the autotuner; makespan from the first arrival",
+        f"job's tuner, the competent climb or the weak autotune; the daemon: {capacity} "
+        "workers, as it takes the node's cores by default): ratios against the even split, the "
+        "best fixed setting (per figure, the least of requested, even, cores, one) and the "
+        "competent tuner; makespan from the first arrival",
         ["setting", "workers", "makespan s", "mean JCT s", "makespan × even", "mean JCT × even",
          "worst job JCT × even", "makespan × best fixed", "mean JCT × best fixed",
-         "makespan × autotune", "mean JCT × autotune", "Σ × even"],
+         "makespan × climb", "mean JCT × climb", "Σ × even"],
         [[r["setting"], ",".join(str(j["workers_initial"]) for j in r["jobs"]),
           f"{r['makespan_s']:.0f}", f"{r['mean_jct_s']:.0f}", f"{r['makespan_x_even']:.3f}",
           f"{r['mean_jct_x_even']:.3f}", f"{r['worst_jct_x_even']:.3f}",
           f"{r['makespan_x_best_fixed']:.3f}", f"{r['mean_jct_x_best_fixed']:.3f}",
-          f"{r['makespan_x_autotune']:.3f}", f"{r['mean_jct_x_autotune']:.3f}",
+          f"{r['makespan_x_climb']:.3f}", f"{r['mean_jct_x_climb']:.3f}",
           f"{r['sum_x_even']:.3f}"] for r in compared]))
     floor = no_daemon.floor(trace, profile, model, config, floor_slot)
     fixed = no_daemon.best_fixed(compared)
@@ -334,14 +335,15 @@ def mixes_benchmark(profile, model, config, mixes: int = 10, seed: int = 0,
         f"the same mixes against no daemon (truth {config.truth}; CPU shared as the kernel "
         f"shares it; the daemon with {versus['capacity']} workers, the node's cores): "
         f"{DEFAULT_POLICY} against the best fixed setting of each mix (per figure) and the "
-        "autotuner, median (min–max) over mixes; floor: no schedule's mean JCT is lower"
+        "competent per-job tuner (climb), median (min–max) over mixes; floor: no schedule's "
+        "mean JCT is lower"
         + (f" (over each whole trace in {floor_slot:g} s slots where higher than the groups')"
            if floor_slot else " (per group of jobs present together)"),
-        ["makespan × best fixed", "mean JCT × best fixed", "makespan × autotune",
-         "mean JCT × autotune", "worst job JCT × even", "floor × best fixed"],
+        ["makespan × best fixed", "mean JCT × best fixed", "makespan × climb",
+         "mean JCT × climb", "worst job JCT × even", "floor × best fixed"],
         [[cell(versus["summary"], k) for k in (
-            "makespan_x_best_fixed", "mean_jct_x_best_fixed", "makespan_x_autotune",
-            "mean_jct_x_autotune", "worst_jct_x_even", "floor_x_best_fixed")]]))
+            "makespan_x_best_fixed", "mean_jct_x_best_fixed", "makespan_x_climb",
+            "mean_jct_x_climb", "worst_jct_x_even", "floor_x_best_fixed")]]))
     out.print("  targets held in: " + "; ".join(
         f"{name} {n}/{versus['mixes']}" for name, n in versus["targets_held"].items())
         + f"; a 1.2× mean-JCT gain over the best fixed setting is possible (floor ≤ 1/1.2) in "

@@ -19,6 +19,15 @@ def _alone(trace, name):
     return trace.model_copy(update={"jobs": tuple(j for j in trace.jobs if j.name == name)})
 
 
+def _fixed_jct(trace, profile, model, d: int) -> float:
+    """The JCT of ``trace``'s one job alone at ``d`` fixed workers, no daemon."""
+    one = trace.model_copy(update={"jobs": (trace.jobs[0].model_copy(update={"workers": d}),)})
+    config = replace(KERNEL, policy="requested", realloc=False, correct=False, capacity=d,
+                     arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0)
+    job = simulate(one, profile, model, config).jobs[0]
+    return job.end_s - job.spec.arrival_s
+
+
 def test_a_job_alone_climbs_one_worker_a_window_until_the_gain_flattens(paper_profile,
                                                                          paper_model):
     trace = _alone(load_trace("paper-static", paper_profile.gpus), "mdResnet12")
@@ -45,15 +54,38 @@ def test_alone_it_ends_between_one_worker_and_the_best_fixed_count(paper_profile
     """What it costs to find the count (its ramp), bounded on both sides."""
     trace = _alone(load_trace("paper-static", paper_profile.gpus), "Resnet18")
     tuned = AutotunedSimulator(trace, paper_profile, paper_model, KERNEL).run().jobs[0]
-
-    def fixed(d: int) -> float:
-        one = trace.model_copy(update={"jobs": (trace.jobs[0].model_copy(
-            update={"workers": d}),)})
-        config = replace(KERNEL, policy="requested", realloc=False, correct=False, capacity=d,
-                         arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0)
-        job = simulate(one, paper_profile, paper_model, config).jobs[0]
-        return job.end_s - job.spec.arrival_s
-
-    best = min(fixed(d) for d in range(1, paper_profile.cores + 1))
+    fixed = {d: _fixed_jct(trace, paper_profile, paper_model, d)
+             for d in range(1, paper_profile.cores + 1)}
     jct = tuned.end_s - tuned.spec.arrival_s
-    assert best < jct < fixed(1)
+    assert min(fixed.values()) < jct < fixed[1]
+
+
+@pytest.mark.parametrize("name", ["Resnet18", "mdResnet12"])
+def test_the_competent_tuner_alone_comes_within_5_percent_of_its_best_fixed_count(
+        paper_profile, paper_model, name):
+    """``climb`` from the node's workers ÷ the jobs (alone: all of them), within them: its
+    JCT within 1/0.95 of the best fixed count's in 1..the node's workers — the live bar, on
+    the simulator's truth; the weak tuner, from one worker, does not reach it."""
+    trace = _alone(load_trace("paper-static", paper_profile.gpus), name)
+    node = replace(KERNEL, capacity=paper_profile.cores)
+    sim = AutotunedSimulator(trace, paper_profile, paper_model, node, tuner="climb")
+    climbed = sim.run().jobs[0]
+    assert sim.tuners[name].history[0][0] == paper_profile.cores  # its start
+    weak = AutotunedSimulator(trace, paper_profile, paper_model, node).run().jobs[0]
+    best = min(_fixed_jct(trace, paper_profile, paper_model, d)
+               for d in range(1, paper_profile.cores + 1))
+    assert climbed.end_s - climbed.spec.arrival_s <= best / 0.95
+    assert weak.end_s - weak.spec.arrival_s > best / 0.95
+
+
+def test_the_competent_tuner_starts_at_the_even_split_of_the_node_s_workers(paper_profile,
+                                                                            paper_model):
+    trace = load_trace("paper-static", paper_profile.gpus)
+    node = replace(KERNEL, capacity=12)
+    sim = AutotunedSimulator(trace, paper_profile, paper_model, node, tuner="climb")
+    result = sim.run()
+    first = next(t["workers"] for t in result.timeline if t["workers"])
+    assert set(first.values()) == {12 // 3}
+    assert all(max(t["workers"].values()) <= 12 for t in result.timeline if t["workers"])
+    with pytest.raises(ValueError, match="no tuner 'magic'"):
+        AutotunedSimulator(trace, paper_profile, paper_model, node, tuner="magic")
