@@ -57,7 +57,7 @@ class AutotunedSimulator(Simulator):
                 return Autotuner(most=cores, window=1)
             window = window or WINDOW
         config = replace(config, policy="requested", realloc=False, correct=False,
-                         capacity=most * max(len(trace.jobs), 1),
+                         closed_loop=False, capacity=most * max(len(trace.jobs), 1),
                          arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0)
         trace = trace.model_copy(update={"jobs": tuple(
             j.model_copy(update={"workers": start}) for j in trace.jobs)})

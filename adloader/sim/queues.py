@@ -26,8 +26,10 @@ ORDERS = {"fifo": "fifo queue", "shortest": "shortest-first queue"}  # order: it
 
 def no_daemon_config(base: SimConfig, capacity: int, cpu_sharing: str) -> SimConfig:
     """A node without the daemon: each job keeps its ``workers``, no buffers, no
-    reallocation, no correction, ``capacity`` workers in all (no cap below the jobs' sum)."""
+    reallocation, no correction, no closed loop, ``capacity`` workers in all (no cap below the
+    jobs' sum)."""
     return replace(base, policy="requested", realloc=False, correct=False, capacity=capacity,
+                   closed_loop=False,
                    arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0,
                    cpu_sharing=cpu_sharing)
 

@@ -173,8 +173,10 @@ def run_space(paper: DeviceProfile, model_for, base: SimConfig, policy: str = "f
 
 def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = "model",
                        names: tuple[str, ...] | None = None, json_path=None,
-                       floor_slot: float | None = None) -> int:
-    """``adloader bench declared``: every member of the space, one honest table."""
+                       floor_slot: float | None = None, closed_loop: bool = False) -> int:
+    """``adloader bench declared``: every member of the space, one honest table;
+    ``closed_loop``: the policy under the daemon's closed loop (``SimConfig.closed_loop``),
+    the baselines as they are."""
     from adloader.bench.sim import output, report
     from adloader.device import synth
     from adloader.scheduling.policies.registry import DEFAULT_POLICY
@@ -187,6 +189,7 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
         raise InputError(f"--mixes: no declared mix {', '.join(sorted(unknown))} (the space: "
                          f"{', '.join(m.name for m in MEMBERS)})")
     paper, model, config = report.setup(profile_name, None, seed, None, 30.0, None, 0.0, truth)
+    config = replace(config, closed_loop=closed_loop)
     out = output.console()
     facts = report.intro(out, paper, config, model)
 
@@ -198,7 +201,9 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
     rows = run_space(paper, model_for, config, DEFAULT_POLICY, names, floor_slot)
     out.print(output.table(
         f"the declared space (adloader.bench.sim.declared), truth {truth}, CPU shared as the "
-        f"kernel shares it: {DEFAULT_POLICY} under the daemon (the node's cores) against the best "
+        f"kernel shares it: {DEFAULT_POLICY} under the daemon (the node's cores; "
+        f"{'closed loop' if closed_loop else 'open loop: each plan applied as planned'}) "
+        "against the best "
         "fixed num_workers (per figure, the least of requested, even, cores, one) and the best "
         "of every no-daemon row (those, each job's tuners — the competent climb and the weak "
         "autotune — and own best count in hindsight, the FIFO and shortest-first queues); "
@@ -223,5 +228,5 @@ def declared_benchmark(profile_name: str = "paper", seed: int = 0, truth: str = 
     for member in MEMBERS:
         if not names or member.name in names:
             out.print(f"  {member.name}: {member.what}")
-    output.save(json_path, {"truth": facts, "rows": rows})
+    output.save(json_path, {"truth": facts, "closed_loop": closed_loop, "rows": rows})
     return 0

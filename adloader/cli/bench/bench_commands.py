@@ -70,7 +70,7 @@ def bench_declared(args) -> int:
 
     names = tuple(n.strip() for n in args.mixes.split(",") if n.strip()) if args.mixes else None
     return declared_benchmark(args.profile, args.seed, args.truth, names, args.json,
-                              args.floor_slot)
+                              args.floor_slot, args.closed_loop)
 
 
 def bench_allocation(args) -> int:
@@ -175,7 +175,11 @@ BENCHMARKS: dict[str, Bench] = {
                                       "ties or costs against no daemon, simulated", (
         _sim("--profile", "--seed", "--truth"), FLOOR_SLOT,
         _flag("--mixes", default=None,
-              help="declared mixes, comma-separated (default: every one)"), JSON)),
+              help="declared mixes, comma-separated (default: every one)"),
+        _flag("--closed-loop", action="store_true",
+              help="the daemon's policy under its closed loop (measured moves, the guard), as "
+                   "the daemon runs it by default; without: each plan applied as planned"),
+        JSON)),
     "live": Bench(bench_live, "the static mix as real jobs under real daemons",
                   (QUICK, live_flags, JSON_PLOT)),
     "tuner": Bench(bench_tuner, "the competent per-job tuner alone, live, against each job's "

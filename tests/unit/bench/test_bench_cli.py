@@ -21,7 +21,8 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "mixes": SIM | {"--jobs", "--mixes", "--rate", "--floor-slot", "--placed-as-balance",
                    "--json"},
     "held-out": SIM | {"--floor-slot", "--json"},
-    "declared": {"--profile", "--seed", "--truth", "--floor-slot", "--mixes", "--json"},
+    "declared": {"--profile", "--seed", "--truth", "--floor-slot", "--mixes", "--closed-loop",
+                 "--json"},
     "live": {"--quick", "--kit", "--rounds", "--iterations-scale", "--crop", "--workers",
              "--policies", "--baselines", "--report", "--member"}
     | OUT,
@@ -69,7 +70,7 @@ def _bench_parsers() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
-SWITCHES = {"--quick", "--kit", "--placed-as-balance"}  # flags that take no value
+SWITCHES = {"--quick", "--kit", "--placed-as-balance", "--closed-loop"}  # flags with no value
 
 
 def _args(flag: str) -> list[str]:

@@ -60,3 +60,23 @@ def test_targets_name_what_a_row_misses():
                                       "every job within 1/0.95 of even": False}
     row.update(mean_jct_x_best_fixed=0.8, mean_jct_x_climb=0.9, worst_jct_x_even=1.05)
     assert all(no_daemon.targets(row).values())
+
+
+def test_the_closed_loop_is_the_daemon_s_and_leaves_the_baselines_as_they_are(paper_profile,
+                                                                              paper_model):
+    """``compare`` on a config with the daemon's closed loop: every no-daemon row (fixed
+    counts, the tuners, the queues) as without it; the policy's row is the loop's."""
+    trace = load_trace("paper-static", paper_profile.gpus)
+
+    def rows(closed):
+        return {r["setting"]: r for r in no_daemon.compare(
+            trace, paper_profile, paper_model, SimConfig(truth="gpu-node", closed_loop=closed),
+            ("ftf",), hindsight=False)}
+
+    opened, closed = rows(False), rows(True)
+    for setting in opened:
+        if setting.startswith("no daemon: "):
+            assert closed[setting]["mean_jct_s"] == opened[setting]["mean_jct_s"], setting
+    # on the gpu-node truth the open plan loses to the even split, the loop does not
+    assert opened["daemon: ftf"]["makespan_x_even"] > 1.02
+    assert closed["daemon: ftf"]["makespan_x_even"] < 1.01
