@@ -134,8 +134,8 @@ def test_the_jct_floor_is_under_every_simulated_run_on_either_truth(paper_profil
         floor = jct_floor(trace, paper_profile, paper_model, config)
         rows = no_daemon.compare(trace, paper_profile, paper_model, config,
                                  policies=("balance", "ftf", "jct"))
-        # the autotuner, 3 policies, each job's best count in hindsight, 2 queues
-        assert len(rows) == len(no_daemon.SETTINGS) + 1 + 3 + 1 + len(no_daemon.QUEUES)
+        # the two tuners, 3 policies, each job's best count in hindsight, 2 queues
+        assert len(rows) == len(no_daemon.SETTINGS) + 2 + 3 + 1 + len(no_daemon.QUEUES)
         for r in rows:
             # JCTs count from the arrival: the daemon's settle only adds
             assert r["mean_jct_s"] >= floor["mean_jct"] - 1e-6, (truth, r["setting"])

@@ -74,8 +74,8 @@ def test_the_whole_trace_floor_is_under_every_simulated_run_and_above_the_groups
         assert floor["method"] == "whole trace, 1 s slots"
         assert floor["mean_jct"] > floor["groups_mean_jct"] + 1.0, truth
         rows = no_daemon.compare(trace, paper_profile, paper_model, config)
-        # the autotuner, 2 policies, each job's best count in hindsight, 2 queues
-        assert len(rows) == len(no_daemon.SETTINGS) + 1 + 2 + 1 + len(no_daemon.QUEUES)
+        # the two tuners, 2 policies, each job's best count in hindsight, 2 queues
+        assert len(rows) == len(no_daemon.SETTINGS) + 2 + 2 + 1 + len(no_daemon.QUEUES)
         for r in rows:
             assert r["mean_jct_s"] >= floor["mean_jct"] - 1e-6, (truth, r["setting"])
 
