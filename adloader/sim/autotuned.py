@@ -20,11 +20,12 @@ that stall is not read (``climb``'s cold-start batches): the baselines are not m
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from functools import partial
 
 from adloader.device.device_profile import DeviceProfile
 from adloader.scheduling.tuners.autotune import Autotuner
 from adloader.scheduling.tuners.climb import ClimbingTuner
+from adloader.sim.queues import no_daemon_config
 from adloader.sim.simulator import EPS, SimConfig, SimResult, Simulator, gpu_rates
 from adloader.sim.trace import Trace
 
@@ -43,22 +44,17 @@ class AutotunedSimulator(Simulator):
             raise ValueError(f"no tuner {tuner!r}: one of {', '.join(TUNERS)}")
         cores = profile.cores
         workers = config.capacity or cores  # the node's workers, as the daemon would get them
-        most = workers if tuner == "climb" else cores  # the most one job may take
-        if tuner == "climb":
-            start = max(1, workers // max(len(trace.jobs), 1))
-
-            def make() -> ClimbingTuner:  # fed once a window with its totals: its window is 1
-                return ClimbingTuner(start=start, budget=workers, window=1, settle=0)
-            window = window or ClimbingTuner(start=1, budget=1).window
-        else:
-            start = Autotuner().workers
-
-            def make() -> Autotuner:
-                return Autotuner(most=cores, window=1)
+        jobs = max(len(trace.jobs), 1)
+        # each tuner fed once a window with the window's totals: its own window is 1
+        if tuner == "climb":  # from the even split of the node's workers, within them
+            start, most = max(1, workers // jobs), workers
+            make = partial(ClimbingTuner, start=start, budget=workers, window=1, settle=0)
+            window = window or ClimbingTuner.window
+        else:  # from its first count, within the node's cores
+            start, most = Autotuner().workers, cores
+            make = partial(Autotuner, most=cores, window=1)
             window = window or WINDOW
-        config = replace(config, policy="requested", realloc=False, correct=False,
-                         closed_loop=False, capacity=most * max(len(trace.jobs), 1),
-                         arrival_window_s=0.0, arrival_settle_s=0.0, completion_window_s=0.0)
+        config = no_daemon_config(config, most * jobs, config.cpu_sharing)
         trace = trace.model_copy(update={"jobs": tuple(
             j.model_copy(update={"workers": start}) for j in trace.jobs)})
         super().__init__(trace, profile, model, config)
