@@ -9,6 +9,7 @@ root and the packages: ``cannot`` (skip, or fail under CI=true) otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -17,6 +18,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import psutil
 from ci_rules import cannot, run
 from daemon_harness import wait_for
 
@@ -126,14 +128,34 @@ class SlurmCluster:
         return "\n".join(p.read_text(errors="replace")[-2000:]
                          for p in sorted((self.work / "log").glob("*")))
 
+    def stepds(self) -> list[psutil.Process]:
+        """This cluster's ``slurmstepd`` processes: each holds its slurmd's log open (their
+        environment, cleared, does not name the slurm.conf)."""
+        logs = str(self.work / "log") + os.sep
+        mine = []
+        for proc in psutil.process_iter(["name"]):
+            if proc.info["name"] == "slurmstepd":
+                with contextlib.suppress(psutil.Error):
+                    if any(f.path.startswith(logs) for f in proc.open_files()):
+                        mine.append(proc)
+        return mine
+
     def stop(self) -> None:
         run(["scancel", "--full", "--user", "root"], env=self.env)
+        # a step's slurmstepd reports to slurmd as it ends: stopped before it, slurmd waits
+        # on SIGTERM and the stepd lives on, orphaned, in a freezer group (``job_1``) the
+        # next cluster's first job shares
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not self.stepds(), 20, "the steps' slurmstepd to end")
+        # each slurmd before slurmctld: stopping, slurmd tells the controller its epilog is
+        # done, and retries for ~10 s where none answers
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+        for stepd in self.stepds():
+            stepd.kill()
