@@ -57,19 +57,24 @@ def test_with_cuda_the_prior_steps_are_measured_on_the_gpu(tmp_path, monkeypatch
 
 
 def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path):
-    """The live bench end to end (emulated GPU steps), and the GPU run kit's plumbing: the
-    same command with ``--report DIR`` writes the self-contained report a CUDA node's run
+    """The live bench end to end (emulated GPU steps), every row in one run: the daemon's
+    policies, fixed counts, the weak tuner, and the rows a careful user compares with — a
+    queue one job at a time (each with the node's workers, one after another), the competent
+    tuner on our loader, our loader alone at a fixed count; and the GPU run kit's plumbing:
+    the same command with ``--report DIR`` writes the self-contained report a CUDA node's run
     writes (its tables from this run, the timelines, the machine)."""
     out, kit = tmp_path / "live.json", tmp_path / "kit"
     proc = subprocess.run(
         [sys.executable, "-m", "adloader", "bench", "live", "--quick", "--workers", "2",
+         "--policies", "balance,ftf",
+         "--baselines", "requested,even,autotune,fifo,shortest,climb,elastic:one",
          "--json", str(out), "--report", str(kit)], capture_output=True, text=True,
         timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     rows = {r["policy"]: r for r in result["summary"]}
-    assert set(rows) == {"balance", "ftf", "no daemon: requested", "no daemon: even",
-                         "no daemon: autotune"}
+    assert set(rows) == {"balance", "ftf", *(f"no daemon: {b}" for b in (
+        "requested", "even", "autotune", "fifo", "shortest", "climb", "elastic:one"))}
     even = rows["no daemon: even"]
     assert even["reference"] == "no daemon: even" and even["makespan_paired"] == 1.0
     assert even["worst_job"] == 1.0 and even["worst_jct_paired"] == 1.0
@@ -78,15 +83,18 @@ def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path
     assert result["capacity"] == 2
     for run in result["runs"]:
         assert len(run["jobs"]) == 3 and run["aggregate_throughput"] > 0
-        assert all(0 < j["jct_s"] <= run["makespan_s"] for j in run["jobs"])
+        assert all(0 < j["jct_s"] <= run["makespan_s"] + 1e-6 for j in run["jobs"])
         assert run["memory_mb"] > 0
         # the node's own rate: every sample over the span it trained, from its first batch
         first = min(j["start_s"] for j in run["jobs"])
         assert run["first_batch_s"] == first and 0 < first < run["makespan_s"]
         samples = sum(j["iterations"] * j["batch_size"] for j in run["jobs"])
         assert run["node_rate"] == pytest.approx(samples / (run["makespan_s"] - first), 1e-3)
-        if run["policy"].startswith("no daemon"):
-            assert run["overhead_cpu_per_training_s"] == 0  # no daemon, no supervisor
+        if run["policy"].startswith("no daemon"):  # no daemon, no supervisor: on torch's
+            # loader nothing of ours runs; ours alone counts its own thread's CPU
+            ours = any(j.get("loader") == "elastic" for j in run["jobs"])
+            assert run["overhead_cpu_per_training_s"] >= 0 if ours else \
+                run["overhead_cpu_per_training_s"] == 0, run["policy"]
         else:
             assert [job["state"] for job in run["jobs"]] == ["finished"] * 3
             assert run["overhead_cpu_per_training_s"] > 0 and run["cpu_s"]["daemon"] > 0
@@ -94,7 +102,7 @@ def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path
     assert all(j["workers"] and j["workers"][0] == [0, 1] for j in tuned["jobs"])
     assert all(j["workers_at"][0][1] == 1 for j in tuned["jobs"])  # when it changed, too
     _check_the_report(kit, result)
-    # the measured floor is a bound: every run of the sitting, whatever its setting, is above
+    # the measured floor is a bound: every run of the bench, whatever its setting, is above
     floor = result["floor"]
     for run in result["runs"]:
         assert run["makespan_s"] >= floor["makespan"] and run["mean_jct_s"] >= floor["mean_jct"]
@@ -103,6 +111,18 @@ def test_quick_bench_live_runs_real_daemons_and_the_no_daemon_baselines(tmp_path
     assert "## What no schedule can beat here (measured)" in (kit / "report.md").read_text()
     assert "over every schedule" in proc.stdout and "best schedule" in proc.stdout
     assert "one measure for every row" in proc.stdout
+    runs = {r["policy"]: r for r in result["runs"]}
+    for queue in ("no daemon: fifo", "no daemon: shortest"):
+        jobs = sorted(runs[queue]["jobs"], key=lambda j: j["start_s"])
+        assert all(j["workers_initial"] == 2 for j in jobs)  # the node's workers, alone
+        for before, after in zip(jobs, jobs[1:], strict=False):
+            assert after["start_s"] >= before["end_s"] - 1e-6  # one after another
+    climb = runs["no daemon: climb"]
+    assert all(j["loader"] == "elastic" and j["workers_at"] for j in climb["jobs"])
+    assert all(j["loader"] == "elastic" for j in runs["no daemon: elastic:one"]["jobs"])
+    assert all(j["workers_initial"] == 1 for j in runs["no daemon: elastic:one"]["jobs"])
+    row = next(r for r in result["summary"] if r["policy"] == "ftf")
+    assert row["best_nodaemon"]["makespan_s"].startswith("no daemon: ")
 
 
 def test_the_limits_are_those_of_the_scaled_mix_on_the_profile():
@@ -187,31 +207,6 @@ def test_rounds_are_paired_with_the_even_split_of_the_same_round():
     assert ftf["best_nodaemon"] == {"makespan_s": even, "mean_jct_s": fifo}
     assert ftf["jct_vs_best_nodaemon"] == pytest.approx(1.0)  # 7.5 / 7.5, 3.75 / 3.75
     assert "jct_vs_best_nodaemon" in ftf["met"]
-
-
-def test_quick_bench_live_runs_the_queues_the_tuner_and_our_loader_alone(tmp_path):
-    """The no-daemon rows a careful user compares with: a queue one job at a time (each with
-    the node's workers, one after another), the competent tuner on our loader, and our loader
-    alone at a fixed count."""
-    out = tmp_path / "live.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "adloader", "bench", "live", "--quick", "--workers", "2",
-         "--policies", "ftf", "--baselines", "even,fifo,shortest,climb,elastic:one",
-         "--json", str(out)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    result = json.loads(out.read_text())
-    runs = {r["policy"]: r for r in result["runs"]}
-    for queue in ("no daemon: fifo", "no daemon: shortest"):
-        jobs = sorted(runs[queue]["jobs"], key=lambda j: j["start_s"])
-        assert all(j["workers_initial"] == 2 for j in jobs)  # the node's workers, alone
-        for before, after in zip(jobs, jobs[1:], strict=False):
-            assert after["start_s"] >= before["end_s"] - 1e-6  # one after another
-    climb = runs["no daemon: climb"]
-    assert all(j["loader"] == "elastic" and j["workers_at"] for j in climb["jobs"])
-    assert all(j["loader"] == "elastic" for j in runs["no daemon: elastic:one"]["jobs"])
-    assert all(j["workers_initial"] == 1 for j in runs["no daemon: elastic:one"]["jobs"])
-    row = next(r for r in result["summary"] if r["policy"] == "ftf")
-    assert row["best_nodaemon"]["makespan_s"].startswith("no daemon: ")
 
 
 def _check_the_report(kit, result):
