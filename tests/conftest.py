@@ -44,7 +44,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "unit/house/test_import_cost.py": ("processes",),
     "integration/cgroups/test_cgroup_capacity.py": ("processes",),
     "integration/cgroups/test_cpu_share.py": ("processes", "root"),
-    "integration/cgroups/test_cpu_share_v2.py": ("processes", "root", "qemu"),
+    "integration/cgroups/test_cgroup_v2.py": ("processes", "root", "slurm", "qemu"),
     "integration/cgroups/test_cpuset_cap.py": ("processes",),
     "integration/cgroups/test_slurm_cpu_share.py": ("processes", "root", "slurm"),
     "integration/cli/test_cli_sim.py": ("processes",),
@@ -85,7 +85,6 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "integration/ops/test_sdist_install.py": ("processes",),
     "integration/ops/test_upgrade.py": ("processes",),
     "integration/slurm/test_slurm.py": ("processes", "root", "slurm"),
-    "integration/slurm/test_slurm_v2.py": ("processes", "root", "slurm", "qemu"),
     "integration/trust/test_trust_daemon.py": ("processes",),  # + root on the full state dir's
     "integration/trust/test_trust_identity.py": ("processes",),
     "integration/trust/test_trust_isolation.py": ("processes",),

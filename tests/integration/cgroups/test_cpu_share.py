@@ -307,7 +307,7 @@ def placed(daemon, job: str, go: Path) -> None:
     from daemon_harness import wait_for
 
     wait_for(lambda: daemon.events("cpu_group_joined", job)
-             or daemon.events("cpu_group_kept", job), 60, f"{job} placed in its CPU group")
+             or daemon.events("cpu_group_kept", job), 120, f"{job} placed in its CPU group")
     go.touch()
 
 

@@ -1,7 +1,7 @@
 """Each Slurm step's CPU share under a daemon with ``--cpu-shares``, on a real Slurm
 (``TaskPlugin=task/cgroup`` with ``ConstrainCores=yes``, ``ProctrackType=proctrack/cgroup``)
-and real cgroups: v1 here, v2 in a kernel of its own (``tests/integration/slurm/test_slurm_v2.py``
-runs this file there).
+and real cgroups: v1 here, v2 in a kernel of its own
+(``tests/integration/cgroups/test_cgroup_v2.py`` runs this file there).
 
 Slurm puts each step in a cpuset of its own; two steps that share cores (a partition with
 ``OverSubscribe``, or steps given every core) then share them as the kernel shares any
@@ -42,7 +42,7 @@ def shared_node(tmp_path, monkeypatch):
     parent = f"adloader-slurm-{uuid.uuid4().hex[:8]}"
     probe = cpu_shares_here(parent)
     # KillWait: time for the modest step to stop at a batch boundary (in the guest of
-    # test_slurm_v2.py, Python runs many times slower: 5 s was not enough there)
+    # test_cgroup_v2.py, Python runs many times slower: 5 s was not enough there)
     cluster = SlurmCluster(tmp_path / "slurm", kill_wait_s=20, oversubscribe=2).start()
     daemon = Daemon(tmp_path / "state", capacity=4,
                     extra=("--policy", "requested", "--cpu-shares", parent,

@@ -78,7 +78,7 @@ def test_sigkilled_job_fails_with_its_signal_and_its_workers_are_reclaimed(daemo
 
 
 def test_daemon_killed_and_restarted_loses_no_job(daemon, tmp_path):
-    job = daemon.submit("survivor", iterations=1500, step_scale=2.0)
+    job = daemon.submit("survivor", iterations=700, step_scale=2.0)
     wait_for(lambda: (daemon.job(job)["iteration"] or 0) > 5, 90, "the job to train")
     daemon.kill()
     restarted = Daemon(daemon.state_dir, port=daemon.port).start()

@@ -1,7 +1,7 @@
 """A Slurm step on cgroup v2 is weighted in its own cgroup, never moved out of it
 (``CpuShares.keep``, ``daemon.control.slurm_identity.slurm_step_group``): on a cgroup2
 hierarchy laid out in a folder as the kernel lays it. The real hierarchy, with a real Slurm, is
-``tests/integration/slurm/test_slurm_v2.py``'s."""
+``tests/integration/cgroups/test_cgroup_v2.py``'s."""
 
 from __future__ import annotations
 
