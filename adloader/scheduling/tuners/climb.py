@@ -12,8 +12,10 @@ CPU budget, then in-process optimisation without restarting the pool):
    ``wait_threshold`` of the window) or one fewer (it did not: a worker may be idle); it
    stays if the rate rose by ``min_gain`` at least against the best count's last window in
    ``confirm`` windows running (one window's gain on a noisy node is as often chance as
-   not), and the climb goes on that way; otherwise the count goes back to the best and the
-   other way is tried once; when neither way gains, the count holds;
+   not), and the climb goes on that way; otherwise the count goes back to the best, and the
+   other way is tried once if the step read clearly worse (by ``min_gain``: past a peak, the
+   other side may be higher) — a step that read as the best count did is a plateau, where
+   the other way gains no more; when neither way gains, the count holds;
 4. held, it looks again every ``repeat`` windows (the node around it changes: other jobs
    start and end), from the best count, with the best count's rate measured anew.
 
@@ -93,6 +95,8 @@ class ClimbingTuner:
             self.best, self.best_rate, self._tried = self.workers, rate, set()
             return self._step(self._direction)  # it did: keep climbing
         self._tried.add(self._direction)  # it did not: back to the best count
+        if rate > (1 - self.min_gain) * self.best_rate:  # within the noise of the best: a
+            self._tried.add(-self._direction)  # plateau, where the other way gains no more
         self._direction = 0
         return self._set(self.best)
 

@@ -112,3 +112,21 @@ def test_a_clearly_worse_step_is_judged_at_half_a_window_a_close_one_at_a_whole(
     counts = drive(close, lambda d: 100.0 if d == 2 else 95.0, 80)  # 5 % worse: not clearly
     assert batches_at(counts, 1) == 5 + 20
     assert steep.best == close.best == 2
+
+
+def test_on_a_plateau_one_step_is_tried_not_both_ways():
+    """A step that reads as the best count did (within ``min_gain``) is a plateau: the tuner
+    goes back and holds, without trying the other way (a step down from 2 to 1 would halve
+    the rate for its window); a step that reads clearly worse is past a peak, and the other
+    way is tried."""
+    def plateau(d):
+        return 100.0 if d == 1 else 190.0
+
+    tuner = ClimbingTuner(start=2, budget=6, window=10, settle=0)
+    counts = drive(tuner, plateau, 10 * 9)  # under the 10 windows before it looks again
+    assert 1 not in counts and set(counts) == {2, 3}
+    assert tuner.best == 2
+
+    tuner = ClimbingTuner(start=2, budget=6, window=10, settle=0)
+    counts = drive(tuner, lambda d: {1: 200.0, 2: 190.0}.get(d, 150.0), 10 * 9)  # past a peak
+    assert 1 in counts and tuner.best == 1
