@@ -266,7 +266,7 @@ def run(capsys):
 @pytest.fixture(autouse=True)
 def _held_out_mixes_stay_unseen(request, monkeypatch):
     """Generator seeds kept out of the tests fail a test that generates one: the held-out
-    set (``adloader.bench.sim.held_out``, seeds in adloader/sim/held_out.json, run once per
+    set (``adloader.bench.sim.held_out``, seeds in bench/sim/held_out.json, run once per
     release by ``adloader bench held-out``) in every test, and the development mixes
     (``held_out_mixes.held_out``: from ``MIX_SEED``) in every test but the plumbing tests of
     ``bench mixes`` (marked ``held_out_plumbing``), which look at the output's shape, never

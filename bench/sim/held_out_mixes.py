@@ -73,7 +73,7 @@ def random_mixes(profile: DeviceProfile, model: ThroughputModel, base: SimConfig
         kept = [s for s in seeds if held_out_set.is_held_out(s)]
         if kept:
             raise InputError(f"generator seeds {kept[0]}–{kept[-1]} are the held-out set "
-                             "(adloader/sim/held_out.json): only `adloader bench held-out` "
+                             "(bench/sim/held_out.json): only `adloader bench held-out` "
                              "runs them, once per release")
     per_mix: list[dict] = []
     start = time.perf_counter()

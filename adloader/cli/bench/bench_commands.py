@@ -168,7 +168,7 @@ BENCHMARKS: dict[str, Bench] = {
               help="pin each job to the GPUs balance gave it, in every run: policies compared "
                    "at the same co-location"), JSON)),
     "held-out": Bench(bench_held_out, "the held-out mixes (seeds fixed in "
-                                      "adloader/sim/held_out.json): run once per release, "
+                                      "bench/sim/held_out.json): run once per release, "
                                       "reported as they fall; simulated",
                       (SIM, FLOOR_SLOT, JSON)),
     "declared": Bench(bench_declared, "the declared space of mixes: where coordination gains, "

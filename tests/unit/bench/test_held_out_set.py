@@ -1,4 +1,4 @@
-"""The held-out set (adloader/sim/held_out.json, ``adloader bench held-out``): its seeds are
+"""The held-out set (bench/sim/held_out.json, ``adloader bench held-out``): its seeds are
 fixed in one committed file, run once per release, and nothing else may read them — no test
 (the conftest guard, plumbing tests included), no bench and no code names their numbers, and
 ``bench mixes`` refuses them."""
@@ -57,7 +57,7 @@ def test_no_code_test_or_bench_names_a_held_out_seed():
         for match in pattern.finditer(data):
             line = data.count(b"\n", 0, match.start()) + 1
             found.append(f"{path.relative_to(ROOT)}:{line}: {match.group().decode()}")
-    assert not found, "held-out seeds named outside adloader/sim/held_out.json:\n" + \
+    assert not found, "held-out seeds named outside bench/sim/held_out.json:\n" + \
         "\n".join(found[:20])
 
 
