@@ -25,6 +25,7 @@ import shutil
 
 import kernel_vm
 import pytest
+from daemon_harness import fitted_prior
 
 SLURM = ("slurmctld", "slurmd", "munged", "sbatch", "srun")
 CPU_SHARE = "tests/integration/cgroups/test_cpu_share.py"
@@ -37,6 +38,7 @@ s = CpuShares(parent='probe'); print('version', s.version); s.close()" > /mnt/ve
 for d in /var/log /var/lib/munge /var/spool /var/lib/slurm; do mount -t tmpfs t $d; done
 mkdir -p /sys/fs/cgroup/system.slice /var/log/munge /run/munge /var/log/slurm
 chown munge:munge /var/log/munge /run/munge /var/lib/munge
+export ADLOADER_TEST_PRIOR=/mnt/prior-model.json
 """
 
 
@@ -48,6 +50,7 @@ def guest(tmp_path_factory):
     args = CPU_SHARE + (f" tests/integration/slurm/test_slurm.py::{NAME_TAKEN} "
                         "tests/integration/cgroups/test_slurm_cpu_share.py" if slurm else "")
     out = tmp_path_factory.mktemp("guest")
+    shutil.copyfile(fitted_prior(), out / "prior-model.json")  # fitted here, not in TCG
     run, outcomes = kernel_vm.pytest_in_guest(args, out,
                                               setup=SETUP.format(python=kernel_vm.python()))
     assert run.exit_code is not None, run.console[-3000:]
