@@ -42,13 +42,17 @@ def test_a_batch_costs_at_least_its_transfer_launch_and_step(tmp_path, monkeypat
 
 
 def test_a_virtual_core_sleeps_k_minus_one_times_its_cpu():
-    began, cpu = time.perf_counter(), time.thread_time()
+    """The block's wall time is at least its CPU time and the sleep after it (k − 1) times
+    that: the CPU is read inside the block, so the test's own calls around it (the context
+    manager's, the sleep's system call) cannot tip the comparison."""
+    began = time.perf_counter()
     with virtual_core(4.0):
-        end = time.thread_time() + 0.01
-        while time.thread_time() < end:
+        cpu = time.thread_time()
+        while time.thread_time() < cpu + 0.01:
             pass
-    wall, spent = time.perf_counter() - began, time.thread_time() - cpu
-    assert wall >= 4.0 * spent * 0.99
+        spent = time.thread_time() - cpu
+    wall = time.perf_counter() - began
+    assert wall >= 4.0 * spent
 
 
 def test_the_factor_comes_from_the_environment(monkeypatch):
