@@ -19,6 +19,7 @@ def _sim(args: argparse.Namespace) -> int:
     profile, model, config = _options.simulation_setup(args)
     trace = load_trace(args.trace, node_gpus=profile.gpus)
     config.policy, config.realloc = args.policy, not args.no_realloc
+    config.closed_loop = args.closed_loop
     result = simulate(trace, profile, model, config).to_json()
     out = _output.console()
     out.print(_output.result_table(result, f"{trace.name or args.trace}: {args.policy}, "
@@ -76,6 +77,10 @@ def register(sub) -> None:
                    help=f"{', '.join(sorted(POLICIES))}, or fair:α (default {DEFAULT_POLICY})")
     p.add_argument("--no-realloc", action="store_true",
                    help="running jobs keep their workers; new ones get what is free")
+    p.add_argument("--closed-loop", action="store_true",
+                   help="the policy under the daemon's closed loop (measured starts and "
+                        "moves, the guard: adloader.scheduling.closed_loop); default: each "
+                        "plan applied as planned")
     _options.sim_options(p)
     _options.output_options(p)
     p.set_defaults(func=_sim)

@@ -4,18 +4,23 @@ The model proposes, the node decides. When the set of running jobs changes, the 
 measures where to start: the counts the jobs asked for (``num_workers``, where every job
 said one and they ask for more workers in all than the even split gives — fewer would leave
 cores idle — but no more than the loop ever runs, ``grow_to`` × the node's; first, so a new
-set of jobs starts as it would without a daemon), and the even
-split of the node's workers (first where the jobs asked for none, and after a job ends: its
-workers are free now). Once every job has trained its first batch and the new workers have
-delivered theirs, one window measures the node's rate (Σ of the jobs' measured samples/s)
-under each start in turn; the better one is the *base*. From then on the loop walks toward
-the policy's plan
-in small moves — at most ``step`` workers from one job to another, the pair the model
-ranks best (the donor whose predicted rate falls least, the receiver whose rises most) —
-and each move is a trial: the jobs apply it, the new workers deliver their first batches,
-a window measures the node again, and the move stays only if the measured rate did not
-fall by more than the windows' noise (``tolerance`` at least). A move that failed goes back
-at once and that pair is not tried again until the job set changes.
+set of jobs starts as it would without a daemon), and the even split of the node's workers
+(first where the jobs asked for none, and after a job ends: its workers are free now). Where
+a job arrived and the others ran before it, the first start is where the loop stood,
+*carried*: the new job its even share, the others the rest in proportion to the workers they
+had (what the loop had measured and kept), measured against the even split; the asked-for
+counts are not measured then. Once every job has trained its first batch and the new workers
+have delivered theirs, one window measures the node's rate (Σ of the jobs' measured
+samples/s) under each start in turn; the better one is the *base* (the carried start where
+it measured within ``tolerance`` of the best, which the guard still measures against). From
+then on the loop walks toward the policy's plan in moves from one job to another, the pair
+the model ranks best (the donor whose predicted rate falls least, the receiver whose rises
+most): ``step`` workers first, and each kept move along a pair is followed at once by one
+twice as large along it (the kept trial's window measured where the node stands). Each move
+is a trial: the jobs apply it, the new workers deliver their first batches, a window
+measures the node again, and the move stays only if the measured rate did not fall by more
+than the windows' noise (``tolerance`` at least). A move that failed goes back at once and
+that pair is not tried again until the job set changes.
 
 Where the plan runs fewer workers in all than the node runs (a node whose loading peaks
 below its workers), the loop also sheds toward it: ``step`` workers fewer for the job
@@ -58,7 +63,7 @@ class LoopSettings:
     guard_windows: int = 2  # ... this many windows in a row: back to even, and hold
     hold_s: float = 60.0  # how long the guard holds the even split
     dwell_s: float = 5.0  # a job's resizes at least this far apart
-    step: int = 2  # the most workers one move takes
+    step: int = 2  # the workers a pair's first move takes (each kept move: twice the last)
     payback: float = 2.0  # a receiver needs this many trials' time left
     grow_to: float = 1.5  # capacity probes up to this × the node's workers in all (0: none)
     grow_gain: float = 0.01  # a probe's workers stay if the node's rate rose this much
@@ -113,6 +118,7 @@ class ClosedLoop:
         self.held_until = 0.0
         self.rejected: set[tuple[str, str]] = set()
         self.kept: set[tuple[str, str]] = set()  # moves kept since the even split
+        self.stride: dict[tuple[str, str], int] = {}  # a pair's next move: doubles when kept
         self.trial: _Trial | None = None
         self.events: list[tuple[str | None, str, dict]] = []  # for the daemon's event log
         self._step_window: float | None = None  # the window of the step under way
@@ -146,25 +152,57 @@ class ClosedLoop:
     def reset(self, now: float, batch_sizes: Mapping[str, int],
               caps: Mapping[str, int | None] | None = None,
               requested: Mapping[str, int | None] | None = None,
-              first: str = "requested") -> dict[str, int]:
+              first: str = "requested",
+              current: Mapping[str, int] | None = None) -> dict[str, int]:
         """A new set of running jobs (name → batch size; ``caps``: the most workers a job
-        may have, where it has a most; ``requested``: the counts the jobs asked for): the
-        starts to measure, the first of them returned (``first``: ``requested`` or
-        ``even``, where both are measured)."""
+        may have, where it has a most; ``requested``: the counts the jobs asked for;
+        ``current``: the workers each job has now): the starts to measure, the first of them
+        returned (``first``: ``requested`` or ``even``, where both are measured; the carried
+        start first where there is one)."""
+        before = set(self.jobs)
         self.jobs = {n: self.jobs.get(n) or _Job(b) for n, b in batch_sizes.items()}
         for job in self.jobs.values():
             job.applied = False
         self.caps = dict(caps or {})
         self.even_counts = self.even(list(batch_sizes), self.caps)
         self.starts = [("even", dict(self.even_counts))]
+        carried = self.carried(list(batch_sizes), before, current or {})
         asked = self._requested(list(batch_sizes), requested)
-        if asked is not None and sum(self.even_counts.values()) < sum(asked.values()) \
+        if carried is not None and carried != self.even_counts:
+            self.starts.insert(0, ("carried", carried))
+        elif asked is not None and sum(self.even_counts.values()) < sum(asked.values()) \
                 <= self.most():
             self.starts.insert(0 if first == "requested" else 1, ("requested", asked))
         self.measured, self.base_counts, self.base_rate = [], {}, None
         self.phase, self.even_rate, self.rates, self.low = "start", None, [], 0
         self.trial, self.rejected, self.kept, self.held_until = None, set(), set(), 0.0
+        self.stride = {}
         return dict(self.starts[0][1])
+
+    def carried(self, names: Sequence[str], before: set[str],
+                current: Mapping[str, int]) -> dict[str, int] | None:
+        """Where the loop stood, for the new set ``names``: each job new to it its even
+        share, the jobs that ran before (``before``, with their ``current`` workers) the rest
+        of the node's workers in proportion to what they had (largest remainders; at least
+        one each, within caps); None where no job ran before."""
+        had = {n: current[n] for n in names if n in before and current.get(n, 0) > 0}
+        if not had or not before <= set(names):  # a job left: its workers are free now
+            return None
+        out = {n: self.even_counts[n] for n in names if n not in had}
+        room = self.capacity - sum(out.values())
+        if room < len(had):
+            return None
+        total = sum(had.values())
+        share = {n: max(1, room * d // total) for n, d in had.items()}
+        rest = room - sum(share.values())
+        for n in sorted(had, key=lambda n: (-(room * had[n] % total), n)):
+            if rest <= 0:
+                break
+            share[n], rest = share[n] + 1, rest - 1
+        for n in share:
+            cap = self.caps.get(n)
+            out[n] = min(share[n], cap) if cap is not None else share[n]
+        return {n: out[n] for n in sorted(names)}
 
     def most(self) -> int:
         """The most workers the loop runs in all (``grow_to`` × the node's)."""
@@ -255,7 +293,7 @@ class ClosedLoop:
                 self.phase, self.window_from = "steady", now
             return {}
         if self.phase == "trial":
-            return self._judge(now, current)
+            return self._judge(now, current, remaining)
         # steady: a window, the guard, then perhaps a move
         if now < self.window_from + self.window():
             return {}
@@ -284,11 +322,16 @@ class ClosedLoop:
                 job.applied = False
             return self._counts(self.starts[len(self.measured)][1], current)
         best = max(self.measured, key=lambda m: m[2])
-        self.base_counts, self.base_rate = dict(best[1]), best[2]
+        carried = next((m for m in self.measured if m[0] == "carried"), None)
+        if carried is not None and carried[2] >= (1 - self.settings.tolerance) * best[2]:
+            chosen = carried  # where the loop stood, no worse than the best within tolerance
+        else:
+            chosen = best
+        self.base_counts, self.base_rate = dict(chosen[1]), best[2]
         if len(self.measured) > 1:
             self.events.append((None, "loop_base", {
-                "start": best[0], "rates": {m[0]: round(m[2], 1) for m in self.measured}}))
-        self.rates = [best[2]]
+                "start": chosen[0], "rates": {m[0]: round(m[2], 1) for m in self.measured}}))
+        self.rates = [chosen[2]]
         self.phase, self.window_from = "steady", now
         if dict(current) != self.base_counts:  # back to the better start, measured anew
             self.window_from = now + self._settle(current)
@@ -373,7 +416,8 @@ class ClosedLoop:
         if not pairs:
             return self._shed(current, donors) or self._grow(now, current, remaining)
         donor, receiver = max(pairs, key=lambda p: self._worth(p, current))
-        k = min(s.step, current[donor] - max(self.target.get(donor, 1), 1),
+        k = min(self.stride.get((donor, receiver), s.step),
+                current[donor] - max(self.target.get(donor, 1), 1),
                 self.target[receiver] - current[receiver])
         self.trial = _Trial(donor, receiver, k, self.rates[-1], self._noise())
         self.phase = "trial"
@@ -450,7 +494,8 @@ class ClosedLoop:
         trial_s = self._settle(current, name) + self.window()
         return remaining[name] / rate >= self.settings.payback * trial_s
 
-    def _judge(self, now: float, current: Mapping[str, int]) -> dict[str, int]:
+    def _judge(self, now: float, current: Mapping[str, int],
+               remaining: Mapping[str, float] | None = None) -> dict[str, int]:
         trial, s = self.trial, self.settings
         if trial.since is None:
             if (trial.donor is None or self.jobs[trial.donor].applied) \
@@ -476,7 +521,12 @@ class ClosedLoop:
             self.events.append((None, "loop_kept", data))
             if self._guard(now, rate, current):
                 return self._back_to_even(now, current)
-            return {}
+            if trial.donor is None or trial.receiver is None:
+                return {}
+            # a move kept: the trial's window measured where it stands, so the next move
+            # starts now, along this pair twice as large (measured the same way)
+            self.stride[(trial.donor, trial.receiver)] = 2 * trial.workers
+            return self._move(now, current, remaining)
         self.rejected.add((trial.donor, trial.receiver))
         self.events.append((None, "loop_reverted", data))
         if trial.donor is None:

@@ -282,7 +282,8 @@ class Simulator:
         if set(planned) == loop.names:
             return {k: by_name[k].workers for k in planned}, []
         counts = loop.reset(self.t, planned, requested={k: by_name[k].spec.workers
-                                                         for k in planned})
+                                                         for k in planned},
+                            current={k: by_name[k].workers for k in planned})
         self.beaten -= set(planned)  # C_j measured beside other jobs: measured anew
         resized = [k for k in planned if k not in decision.launched
                    and by_name[k].workers != counts[k]]
@@ -296,7 +297,7 @@ class Simulator:
             return
         counts = self.loop.reset(self.t, {j.name: j.spec.batch_size for j in running},
                                  requested={j.name: j.spec.workers for j in running},
-                                 first="even")
+                                 first="even", current={j.name: j.workers for j in running})
         self.beaten -= set(counts)
         for j in running:
             if j.workers != counts[j.name]:

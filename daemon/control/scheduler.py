@@ -413,7 +413,8 @@ class Scheduler:
             return {k: self.jobs[k].workers for k in planned}, []
         counts = loop.reset(self.clock(), planned,
                             {k: self.jobs[k].max_workers(self.capacity) for k in planned},
-                            {k: self.jobs[k].requested for k in planned})
+                            {k: self.jobs[k].requested for k in planned},
+                            current={k: self.jobs[k].workers for k in planned})
         for k in planned:  # C_j was measured beside other jobs: measured anew
             self.jobs[k].intake = IntakeCeiling()
         resized = [k for k in planned if k not in decision.launched
@@ -430,7 +431,8 @@ class Scheduler:
             return out
         counts = loop.reset(self.clock(), {k: j.batch_size for k, j in running.items()},
                             {k: j.max_workers(self.capacity) for k, j in running.items()},
-                            {k: j.requested for k, j in running.items()}, first="even")
+                            {k: j.requested for k, j in running.items()}, first="even",
+                            current={k: j.workers for k, j in running.items()})
         for job_id, job in running.items():
             job.intake = IntakeCeiling()
             if job.workers != counts[job_id]:

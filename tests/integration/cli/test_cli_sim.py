@@ -37,6 +37,22 @@ def test_sim_cores_and_no_realloc(tmp_path, capsys):
     assert code == 0 and data["cores"] == 24 and data["reallocations"] == 0
 
 
+def test_sim_closed_loop_measures_its_starts_and_ends_no_later_than_the_open_loop(tmp_path,
+                                                                                  capsys):
+    """On the gpu-node truth the open loop loses (one job given workers its intake cannot
+    take); the same plan under the closed loop is measured and ends the jobs sooner."""
+    out = {}
+    for loop in ("open", "closed"):
+        path = tmp_path / f"{loop}.json"
+        argv = ["sim", "paper-static", "--truth", "gpu-node", "--policy", "ftf",
+                "--json", str(path)] + (["--closed-loop"] if loop == "closed" else [])
+        assert run(argv, capsys)[0] == 0
+        out[loop] = json.loads(path.read_text())
+    kinds = {loop: {e["kind"] for e in data["events"]} for loop, data in out.items()}
+    assert "loop_even" in kinds["closed"] and "loop_even" not in kinds["open"]
+    assert out["closed"]["mean_jct_s"] < out["open"]["mean_jct_s"]
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["sim", "no-such-trace.json"], "no-such-trace.json"),
     (["sim", "paper-static", "--profile", "nowhere.json"], "nowhere.json"),

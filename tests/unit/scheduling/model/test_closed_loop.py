@@ -166,7 +166,7 @@ def test_a_move_the_node_measures_worse_is_moved_back_and_not_tried_again():
 
 def test_a_move_the_node_measures_better_is_kept():
     """The truth agrees with the model here (job a loads 2x per worker): the loop walks all
-    the way to the plan, each move kept."""
+    the way to the plan, each move kept (a pair's second move is what its gap leaves)."""
     loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=0.0))  # no
     loop.target = {"a": 12, "b": 2, "c": 2}  # probes: every worker adds in this truth
     truth = Truth(loop, lambda n, d: PER_WORKER * d * (2 if n == "a" else 1), ["a", "b", "c"])
@@ -175,6 +175,77 @@ def test_a_move_the_node_measures_better_is_kept():
     kept = [e[2] for e in loop.events if e[1] == "loop_kept"]
     assert sum(k["workers"] for k in kept) == 6 and all(k["workers"] <= 2 for k in kept)
     assert not [e for e in loop.events if e[1] in ("loop_reverted", "loop_guard")]
+
+
+def test_a_kept_move_is_followed_at_once_by_one_twice_as_large_along_the_same_pair():
+    """The truth agrees with the model (a loads 2x per worker): 2 workers, kept, then 4 at
+    once (no steady window between), then what is left of the plan's gap."""
+    settings = LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=0.0)
+    loop = ClosedLoop(16, settings)
+    loop.target = {"a": 15, "b": 1}
+    truth = Truth(loop, lambda n, d: PER_WORKER * d * (2 if n == "a" else 1), ["a", "b"])
+    truth.run(60)
+    assert truth.sent == {"a": 15, "b": 1}
+    kept = [e[2]["workers"] for e in loop.events if e[1] == "loop_kept"]
+    assert kept == [2, 4, 1]
+    # each next move is sent in the step that kept the one before: three trials, back to back
+    moves = [t for t, counts in truth.history[1:]]
+    assert len(moves) == 3
+    trial = truth.delay + truth.dt + settings.window_s  # applied, settled, one window
+    assert all(b - a <= trial + 2 * settings.settle_s + 2 * truth.dt
+               for a, b in zip(moves, moves[1:], strict=False))
+
+
+def arrival(truth: Truth, name: str) -> dict[str, int]:
+    """Job ``name`` arrives: the loop's new set, its first start sent and applied at once."""
+    counts = truth.loop.reset(truth.t, {**dict.fromkeys(truth.done, B), name: B},
+                              current=dict(truth.sent))
+    truth.done[name] = 0.0
+    truth.sent, truth.applied = dict(counts), dict(counts)
+    truth.history.append((truth.t, dict(counts)))
+    return counts
+
+
+def test_an_arrival_starts_where_the_loop_stood_and_keeps_it_where_the_node_measures_no_worse():
+    """a and b at a kept 14/2; c arrives: its even share (5), a and b the other 11 in
+    proportion (10/1), measured first, then the even split; the jobs load alike per worker,
+    so both measure the same and the carried start stays the base."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=0.0))
+    loop.target = {"a": 14, "b": 2}
+    truth = Truth(loop, lambda n, d: PER_WORKER * d, ["a", "b"])
+    truth.run(40)
+    assert truth.sent == {"a": 14, "b": 2}
+    loop.target = {"a": 10, "b": 1, "c": 5}
+    assert arrival(truth, "c") == {"a": 10, "b": 1, "c": 5}
+    assert [name for name, _ in loop.starts] == ["carried", "even"]
+    truth.run(30)
+    base = [e[2] for e in loop.events if e[1] == "loop_base"]
+    assert base and base[-1]["start"] == "carried"
+    assert truth.sent == {"a": 10, "b": 1, "c": 5} == loop.base_counts
+    # the guard measures against the better of the two
+    assert loop.base_rate == max(base[-1]["rates"].values())
+
+
+def test_an_arrival_the_carried_start_measures_worse_for_goes_to_the_even_split():
+    """a cannot use more than 5 workers in this truth: carried (a 10) loses what even does
+    not, and the even split is the base."""
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=0.0))
+    loop.target = {"a": 14, "b": 2}
+    truth = Truth(loop, lambda n, d: PER_WORKER * (min(d, 5) if n == "a" else d), ["a", "b"])
+    truth.sent = truth.applied = {"a": 14, "b": 2}  # where an earlier plan had left it
+    arrival(truth, "c")
+    truth.run(30)
+    base = [e[2] for e in loop.events if e[1] == "loop_base"]
+    assert base and base[-1]["start"] == "even"
+    assert base[-1]["rates"]["carried"] < base[-1]["rates"]["even"]
+    assert loop.base_counts == {"a": 6, "b": 5, "c": 5}
+
+
+def test_after_a_job_ends_the_others_start_from_the_even_split():
+    loop = ClosedLoop(16)
+    loop.reset(0.0, {"a": B, "b": B, "c": B})
+    counts = loop.reset(1.0, {"a": B, "b": B}, first="even", current={"a": 14, "b": 1})
+    assert counts == {"a": 8, "b": 8} and [name for name, _ in loop.starts] == ["even"]
 
 
 def test_the_guard_returns_to_even_when_small_losses_add_up_and_holds_it():
