@@ -195,6 +195,9 @@ class ClosedLoop:
         total = sum(had.values())
         share = {n: max(1, room * d // total) for n, d in had.items()}
         rest = room - sum(share.values())
+        while rest < 0:  # the ones lifted to 1 took more than the rest: from the largest
+            top = max(share, key=lambda n: (share[n], n))
+            share[top], rest = share[top] - 1, rest + 1
         for n in sorted(had, key=lambda n: (-(room * had[n] % total), n)):
             if rest <= 0:
                 break

@@ -241,6 +241,18 @@ def test_an_arrival_the_carried_start_measures_worse_for_goes_to_the_even_split(
     assert loop.base_counts == {"a": 6, "b": 5, "c": 5}
 
 
+def test_a_carried_start_never_runs_more_workers_than_the_node_has():
+    """a had 8 of a node of 8 after probes past its workers (11 in all); e arrives with its
+    even share (1): the other 7 in proportion would give b, c and d none, each keeps one, and
+    a gives up what that takes."""
+    loop = ClosedLoop(8)
+    loop.reset(0.0, dict.fromkeys("abcd", B))
+    loop.reset(1.0, dict.fromkeys("abcde", B), current={"a": 8, "b": 1, "c": 1, "d": 1})
+    name, carried = loop.starts[0]
+    assert name == "carried"
+    assert carried == {"a": 4, "b": 1, "c": 1, "d": 1, "e": 1}
+
+
 def test_after_a_job_ends_the_others_start_from_the_even_split():
     loop = ClosedLoop(16)
     loop.reset(0.0, {"a": B, "b": B, "c": B})
