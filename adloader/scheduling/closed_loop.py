@@ -25,6 +25,7 @@ that pair is not tried again until the job set changes.
 Where the plan runs fewer workers in all than the node runs (a node whose loading peaks
 below its workers), the loop also sheds toward it: ``step`` workers fewer for the job
 furthest over its planned count, a trial kept unless the node's rate fell, like a move.
+A kept shed or probe, like a kept move, is followed at once by the next trial.
 Once no move toward the plan is left to try, the loop probes the node's capacity: a worker
 or two more for the job furthest below its ceiling, past the node's cores if need be (a
 worker that waits on a full queue or on the trainer leaves its core idle), kept only if the
@@ -524,11 +525,10 @@ class ClosedLoop:
             self.events.append((None, "loop_kept", data))
             if self._guard(now, rate, current):
                 return self._back_to_even(now, current)
-            if trial.donor is None or trial.receiver is None:
-                return {}
-            # a move kept: the trial's window measured where it stands, so the next move
-            # starts now, along this pair twice as large (measured the same way)
-            self.stride[(trial.donor, trial.receiver)] = 2 * trial.workers
+            # a trial kept: its window measured where the node stands, so the next trial
+            # starts now (a move along this pair twice as large, measured the same way)
+            if trial.donor is not None and trial.receiver is not None:
+                self.stride[(trial.donor, trial.receiver)] = 2 * trial.workers
             return self._move(now, current, remaining)
         self.rejected.add((trial.donor, trial.receiver))
         self.events.append((None, "loop_reverted", data))

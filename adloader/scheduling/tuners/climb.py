@@ -15,9 +15,19 @@ CPU budget, then in-process optimisation without restarting the pool):
    not), and the climb goes on that way; otherwise the count goes back to the best, and the
    other way is tried once if the step read clearly worse (by ``min_gain``: past a peak, the
    other side may be higher) — a step that read as the best count did is a plateau, where
-   the other way gains no more; when neither way gains, the count holds;
+   the other way gains no more; when neither way gains, the count holds. A step reading
+   clearly worse is judged early: over 2 × ``abort_loss`` under the best at a quarter of its
+   window, over ``abort_loss`` at half of it;
 4. held, it looks again every ``repeat`` windows (the node around it changes: other jobs
-   start and end), from the best count, with the best count's rate measured anew.
+   start and end), from the best count, with the best count's rate measured anew; the way
+   that read nearer the best at the last look is tried first (one that read as the best did
+   ends the look as a plateau, so a step that read clearly worse is not paid for again
+   while the other way still reads level). A look that keeps the best count doubles the
+   hold before the next (to ``repeat`` × ``backoff`` at most: each look costs a step's
+   windows at a worse count, and each change a cold start); a new best count, or
+   ``confirm`` windows running at the best count that read off the hold's rate (the mean of
+   its level windows) by over ``drift`` (the node changed), resets it and looks again at
+   once.
 
 Pure: ``observe`` once a batch; the caller resizes its loader when the count changes
 (``ElasticDataLoader.resize``: no pool restart).
@@ -40,9 +50,11 @@ class ClimbingTuner:
     settle: int = 5
     wait_threshold: float = 0.05
     min_gain: float = 0.03
-    repeat: int = 10
+    repeat: int = 20
     abort_loss: float = 0.15
     confirm: int = 2
+    backoff: int = 8
+    drift: float = 0.15
     workers: int = field(init=False)
     best: int = field(init=False)
     best_rate: float = field(init=False, default=0.0)
@@ -50,6 +62,10 @@ class ClimbingTuner:
     _direction: int = field(init=False, default=0)  # the step under trial: +1, −1; 0: none
     _tried: set = field(init=False, default_factory=set)  # the ways that failed from best
     _held: int = field(init=False, default=0)  # windows held since the climb stopped
+    _hold: int = field(init=False, default=0)  # windows to hold before the next look
+    _held_rate: float = field(init=False, default=0.0)  # the best count's rate as the hold began
+    _drifted: int = field(init=False, default=0)  # windows running read off the hold's rate
+    _last: dict = field(init=False, default_factory=dict)  # way → its last read ÷ the best's
     _skip: int = field(init=False, default=0)  # batches of a cold start still to skip
     _gained: int = field(init=False, default=0)  # windows running the step under trial gained
     _window: BatchWindow = field(init=False)
@@ -58,6 +74,7 @@ class ClimbingTuner:
         self.budget = max(1, int(self.budget))
         self.workers = self.best = max(1, min(int(self.start), self.budget))
         self._skip = self.settle
+        self._hold = self.repeat
         self._window = BatchWindow(self.window)
 
     def observe(self, samples: int, wait_s: float, step_s: float) -> int:
@@ -67,9 +84,11 @@ class ClimbingTuner:
             self._skip -= 1
             return self.workers
         read = self._window.add(samples, wait_s, step_s)
-        if (read is None and self._direction and self._window.batches * 2 == self.window
-                and self._window.peek()[0] < (1 - self.abort_loss) * self.best_rate):
-            read = self._window.close()  # a step under trial, clearly worse at half a window
+        if read is None and self._direction and self._window.batches in (
+                self.window // 4, self.window // 2):  # a step under trial, clearly worse:
+            loss = self.abort_loss * (2 if self._window.batches < self.window // 2 else 1)
+            if self._window.peek()[0] < (1 - loss) * self.best_rate:  # judged early
+                read = self._window.close()
         if read is None:
             return self.workers
         rate, waited = read
@@ -80,19 +99,33 @@ class ClimbingTuner:
         if self._direction == 0:  # at the best count: its rate, then perhaps a step
             self.best_rate = rate
             if len(self._tried) == 2:  # neither way gained: hold, then look again
+                if self._held == 0:
+                    self._held_rate, self._drifted = rate, 0
                 self._held += 1
-                if self._held < self.repeat:
+                off = abs(rate - self._held_rate) > self.drift * self._held_rate
+                if not off:  # the hold's rate: the mean of its windows that read level
+                    self._held_rate += (rate - self._held_rate) / self._held
+                self._drifted = self._drifted + 1 if off else 0
+                if self._drifted >= self.confirm:  # the node changed: look at once
+                    self._hold = self.repeat
+                elif self._held < self._hold:
                     return self.workers
+                else:  # a look that keeps the best count: the next one later
+                    self._hold = min(2 * self._hold, self.repeat * self.backoff)
                 self._held, self._tried = 0, set()
             way = 1 if waited > self.wait_threshold else -1
+            if self._last.get(-way, 0.0) > self._last.get(way, 0.0):
+                way = -way  # the other way read nearer the best at the last look
             if way in self._tried:
                 way = -way
             return self._step(way)
+        self._last[self._direction] = rate / max(self.best_rate, 1e-9)
         if rate >= (1 + self.min_gain) * self.best_rate:  # the step gained
             self._gained += 1
             if self._gained < self.confirm:  # once more, to be sure
                 return self.workers
             self.best, self.best_rate, self._tried = self.workers, rate, set()
+            self._hold, self._last = self.repeat, {}  # a new best: its neighbours unread
             return self._step(self._direction)  # it did: keep climbing
         self._tried.add(self._direction)  # it did not: back to the best count
         if rate > (1 - self.min_gain) * self.best_rate:  # within the noise of the best: a

@@ -97,8 +97,9 @@ def test_a_gain_in_one_window_alone_is_not_kept():
     assert steady.best == 3
 
 
-def test_a_clearly_worse_step_is_judged_at_half_a_window_a_close_one_at_a_whole():
-    """A step that halves the rate goes back after settle + window/2 batches; one within
+def test_a_clearly_worse_step_is_judged_early_a_close_one_at_a_whole_window():
+    """A step that halves the rate (over 2 × ``abort_loss`` worse) goes back after settle +
+    window/4 batches; one 20 % worse (over ``abort_loss``) after settle + window/2; one within
     ``abort_loss`` of the best is read over the whole window before it is judged."""
     def batches_at(counts, d):
         return sum(1 for c in counts if c == d)
@@ -106,12 +107,16 @@ def test_a_clearly_worse_step_is_judged_at_half_a_window_a_close_one_at_a_whole(
     steep = ClimbingTuner(start=2, budget=2, window=20, settle=5)  # only a step down to try
     counts = drive(steep, lambda d: 100.0 * d, 80)  # 1 worker: half the rate
     assert counts[:24] == [2] * 24  # its cold start and a window at the start count
-    assert batches_at(counts, 1) == 5 + 10  # its cold start, then half a window
+    assert batches_at(counts, 1) == 5 + 5  # its cold start, then a quarter of a window
+
+    worse = ClimbingTuner(start=2, budget=2, window=20, settle=5)
+    counts = drive(worse, lambda d: 100.0 if d == 2 else 80.0, 80)  # 20 % worse
+    assert batches_at(counts, 1) == 5 + 10
 
     close = ClimbingTuner(start=2, budget=2, window=20, settle=5)
     counts = drive(close, lambda d: 100.0 if d == 2 else 95.0, 80)  # 5 % worse: not clearly
     assert batches_at(counts, 1) == 5 + 20
-    assert steep.best == close.best == 2
+    assert steep.best == worse.best == close.best == 2
 
 
 def test_on_a_plateau_one_step_is_tried_not_both_ways():
@@ -130,3 +135,53 @@ def test_on_a_plateau_one_step_is_tried_not_both_ways():
     tuner = ClimbingTuner(start=2, budget=6, window=10, settle=0)
     counts = drive(tuner, lambda d: {1: 200.0, 2: 190.0}.get(d, 150.0), 10 * 9)  # past a peak
     assert 1 in counts and tuner.best == 1
+
+
+def drive_unwaited(tuner: ClimbingTuner, rate, batches: int) -> list[int]:
+    """Feed ``batches`` batches of a job whose loader always keeps up (it never waits), at
+    ``rate(d)`` samples/s with d workers."""
+    counts = []
+    for _ in range(batches):
+        tuner.observe(B, 0.0, B / rate(tuner.workers))
+        counts.append(tuner.workers)
+    return counts
+
+
+def looks(counts: list[int], best: int) -> list[int]:
+    """The batches at which the tuner left its best count."""
+    return [i for i in range(1, len(counts)) if counts[i - 1] == best != counts[i]]
+
+
+def test_a_step_that_read_clearly_worse_is_not_paid_for_again_while_the_other_reads_level():
+    """A job that never waits is stepped down first; one worker halves its rate and one more
+    reads level. At every later look the tuner tries the level way first, reads the plateau
+    and holds: one worker is never tried again."""
+    tuner = ClimbingTuner(start=2, budget=6, window=10, settle=0, repeat=5)
+    counts = drive_unwaited(tuner, lambda d: 100.0 if d == 1 else 200.0, 2000)
+    first_look = counts[:40]
+    assert 1 in first_look and 3 in first_look
+    assert 1 not in counts[40:] and counts[40:].count(3) > 0  # it still looks, upward
+    assert tuner.best == 2
+
+
+def test_a_look_that_keeps_the_best_count_doubles_the_hold_before_the_next():
+    tuner = ClimbingTuner(start=2, budget=6, window=10, settle=0, repeat=5, backoff=8)
+    counts = drive_unwaited(tuner, lambda d: 100.0 if d == 1 else 200.0, 6000)
+    starts = looks(counts, 2)
+    gaps = [b - a for a, b in zip(starts[1:], starts[2:], strict=False)]  # from the second look on
+    assert len(gaps) >= 4
+    assert gaps[1] > 1.8 * gaps[0] and gaps[2] > 1.8 * gaps[1]  # 5, 10, 20, … windows held
+    assert max(gaps) < (5 * 8 + 3) * 10  # never past repeat × backoff (and the look's own)
+
+
+def test_a_node_that_changed_under_a_long_hold_is_looked_at_at_once():
+    """Held long (its hold grown to repeat × backoff windows), the job's rate at its count
+    drops by a third (another job started): the tuner looks again within a few windows, not
+    after the hold, and walks down to the new peak."""
+    tuner = ClimbingTuner(start=2, budget=16, window=10, settle=0, repeat=5, backoff=8)
+    drive(tuner, peaked(5), 8000)
+    assert tuner.best == 5 and tuner._hold == 5 * 8
+    counts = drive(tuner, peaked(3), 10 * 6)  # two windows read off, then a step
+    assert set(counts) != {5}
+    drive(tuner, peaked(3), 600)
+    assert tuner.best == 3

@@ -389,17 +389,47 @@ def test_where_the_plan_runs_fewer_workers_the_loop_sheds_them_while_the_node_ho
     loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.0))
     loop.target = {"a": 1, "b": 1, "c": 1}
     truth = Truth(loop, lambda n, d: 0.0, ["a", "b", "c"])
-
-    def contended(n, d):
-        total = sum(truth.applied.values())
-        return PER_WORKER * 4 / 3 * d / total * (1 - 0.05 * max(0, total - 4))
-
-    truth.rate = contended
+    truth.rate = contended(truth)
     truth.run(180)  # then a capacity probe is measured worse and goes back
     assert truth.sent == {"a": 1, "b": 1, "c": 1}
     kept = [e[2] for e in loop.events if e[1] == "loop_kept"]
     assert len(kept) >= 6 and all(k["to"] is None and k["workers"] <= 2 for k in kept)
-    assert all(k["after"] > k["before"] for k in kept)
+    assert all(k["after"] > k["before"] for k in kept[:6])  # past the peak: each gains
+    assert all(k["after"] >= 0.97 * k["before"] for k in kept)  # at it: level, within noise
+
+
+def contended(truth: Truth):
+    """A node whose loading peaks at 4 workers in all, each worker past them costing 5 %."""
+    def rate(n, d):
+        total = sum(truth.applied.values())
+        return PER_WORKER * 4 / 3 * d / total * (1 - 0.05 * max(0, total - 4))
+    return rate
+
+
+def test_a_kept_shed_or_probe_is_followed_at_once_by_the_next_trial():
+    """The step that keeps a shed (or a capacity probe) sends the next trial: its window
+    measured where the node stands, as a kept move's does; no steady window between."""
+    for target, rate, kind in (
+            ({"a": 1, "b": 1, "c": 1}, None, "shed"),  # contention: fewer workers gain
+            ({"a": 6, "b": 5, "c": 5}, lambda n, d: PER_WORKER * d, "probe")):  # each adds
+        loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.5))
+        loop.target = target
+        truth = Truth(loop, rate or (lambda n, d: 0.0), ["a", "b", "c"])
+        if rate is None:
+            truth.rate = contended(truth)
+        steps = []  # (kept events so far, counts sent) at every step
+        step = loop.step
+
+        def recorded(now, current, remaining=None, step=step, steps=steps, loop=loop):
+            out = step(now, current, remaining)
+            steps.append((sum(e[1] == "loop_kept" for e in loop.events), out))
+            return out
+
+        loop.step = recorded
+        truth.run(60)
+        kept_at = [i for i in range(1, len(steps)) if steps[i][0] > steps[i - 1][0]]
+        assert len(kept_at) >= 2, kind
+        assert all(steps[i][1] for i in kept_at[:2]), kind  # the next trial, sent at once
 
 
 def test_a_shed_the_node_measures_worse_goes_back_and_is_not_tried_again():
