@@ -64,6 +64,7 @@ class ClimbingTuner:
     _held: int = field(init=False, default=0)  # windows held since the climb stopped
     _hold: int = field(init=False, default=0)  # windows to hold before the next look
     _held_rate: float = field(init=False, default=0.0)  # the best count's rate as the hold began
+    _level: int = field(init=False, default=0)  # the readings in it
     _drifted: int = field(init=False, default=0)  # windows running read off the hold's rate
     _last: dict = field(init=False, default_factory=dict)  # way → its last read ÷ the best's
     _skip: int = field(init=False, default=0)  # batches of a cold start still to skip
@@ -97,22 +98,10 @@ class ClimbingTuner:
 
     def _decide(self, rate: float, waited: float) -> int:
         if self._direction == 0:  # at the best count: its rate, then perhaps a step
+            holding = len(self._tried) == 2 and self._holds(rate)  # neither way gained
             self.best_rate = rate
-            if len(self._tried) == 2:  # neither way gained: hold, then look again
-                if self._held == 0:
-                    self._held_rate, self._drifted = rate, 0
-                self._held += 1
-                off = abs(rate - self._held_rate) > self.drift * self._held_rate
-                if not off:  # the hold's rate: the mean of its windows that read level
-                    self._held_rate += (rate - self._held_rate) / self._held
-                self._drifted = self._drifted + 1 if off else 0
-                if self._drifted >= self.confirm:  # the node changed: look at once
-                    self._hold = self.repeat
-                elif self._held < self._hold:
-                    return self.workers
-                else:  # a look that keeps the best count: the next one later
-                    self._hold = min(2 * self._hold, self.repeat * self.backoff)
-                self._held, self._tried = 0, set()
+            if holding:
+                return self.workers
             way = 1 if waited > self.wait_threshold else -1
             if self._last.get(-way, 0.0) > self._last.get(way, 0.0):
                 way = -way  # the other way read nearer the best at the last look
@@ -132,6 +121,25 @@ class ClimbingTuner:
             self._tried.add(-self._direction)  # plateau, where the other way gains no more
         self._direction = 0
         return self._set(self.best)
+
+    def _holds(self, rate: float) -> bool:
+        """A window at the best count while held: whether the hold goes on (else a look)."""
+        if self._held == 0:  # from the best count's rate the last look measured
+            self._held_rate, self._level, self._drifted = self.best_rate, 1, 0
+        self._held += 1
+        off = abs(rate - self._held_rate) > self.drift * self._held_rate
+        if not off:  # the hold's rate: the mean of its readings that read level
+            self._level += 1
+            self._held_rate += (rate - self._held_rate) / self._level
+        self._drifted = self._drifted + 1 if off else 0
+        if self._drifted >= self.confirm:  # the node changed: look at once
+            self._hold = self.repeat
+        elif self._held < self._hold:
+            return True
+        else:  # a look that keeps the best count: the next one later
+            self._hold = min(2 * self._hold, self.repeat * self.backoff)
+        self._held, self._tried = 0, set()
+        return False
 
     def _step(self, way: int) -> int:
         target = self.best + way

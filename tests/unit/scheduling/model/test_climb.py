@@ -185,3 +185,26 @@ def test_a_node_that_changed_under_a_long_hold_is_looked_at_at_once():
     assert set(counts) != {5}
     drive(tuner, peaked(3), 600)
     assert tuner.best == 3
+
+
+def test_a_node_that_changes_as_a_hold_begins_is_still_looked_at():
+    """The node frees cores just as a look ends: the job's rate at its count climbs over
+    the hold's first windows (17 %, then 27 % over the rate the look measured). The hold's
+    reading starts from the look's, so the change is seen and looked at within a few
+    windows, not after the hold."""
+    level = {"gain": 1.0}
+    tuner = ClimbingTuner(start=2, budget=6, window=10, settle=0, repeat=20)
+
+    def rate(d):
+        return level["gain"] * (100.0 if d == 1 else 200.0)
+
+    for _ in range(200):  # the first look: down, then up; it has just ended
+        drive_unwaited(tuner, rate, 1)
+        if len(tuner._tried) == 2 and tuner._direction == 0:
+            break
+    assert tuner.workers == 2 and not tuner._held
+    level["gain"] = 1.17
+    drive_unwaited(tuner, rate, 10)
+    level["gain"] = 1.27
+    counts = drive_unwaited(tuner, rate, 40)
+    assert set(counts) != {2}  # looked again within 4 windows of a 20-window hold
