@@ -63,8 +63,8 @@ class ClimbingTuner:
     _tried: set = field(init=False, default_factory=set)  # the ways that failed from best
     _held: int = field(init=False, default=0)  # windows held since the climb stopped
     _hold: int = field(init=False, default=0)  # windows to hold before the next look
-    _held_rate: float = field(init=False, default=0.0)  # the best count's rate as the hold began
-    _level: int = field(init=False, default=0)  # the readings in it
+    _held_rate: float = field(init=False, default=0.0)  # the hold's rate: its level readings' mean
+    _level: int = field(init=False, default=0)  # the readings in that mean
     _drifted: int = field(init=False, default=0)  # windows running read off the hold's rate
     _last: dict = field(init=False, default_factory=dict)  # way → its last read ÷ the best's
     _skip: int = field(init=False, default=0)  # batches of a cold start still to skip
@@ -85,10 +85,10 @@ class ClimbingTuner:
             self._skip -= 1
             return self.workers
         read = self._window.add(samples, wait_s, step_s)
-        if read is None and self._direction and self._window.batches in (
-                self.window // 4, self.window // 2):  # a step under trial, clearly worse:
-            loss = self.abort_loss * (2 if self._window.batches < self.window // 2 else 1)
-            if self._window.peek()[0] < (1 - loss) * self.best_rate:  # judged early
+        if read is None and self._direction:  # a step under trial, clearly worse: judged early
+            loss = {self.window // 4: 2 * self.abort_loss,
+                    self.window // 2: self.abort_loss}.get(self._window.batches)
+            if loss is not None and self._window.peek()[0] < (1 - loss) * self.best_rate:
                 read = self._window.close()
         if read is None:
             return self.workers
@@ -98,7 +98,8 @@ class ClimbingTuner:
 
     def _decide(self, rate: float, waited: float) -> int:
         if self._direction == 0:  # at the best count: its rate, then perhaps a step
-            holding = len(self._tried) == 2 and self._holds(rate)  # neither way gained
+            # neither way gained: held (judged against the rate before this window's)
+            holding = len(self._tried) == 2 and self._holds(rate)
             self.best_rate = rate
             if holding:
                 return self.workers

@@ -8,14 +8,15 @@ from adloader.scheduling.tuners.climb import ClimbingTuner
 B = 32
 
 
-def drive(tuner: ClimbingTuner, rate, batches: int) -> list[int]:
+def drive(tuner: ClimbingTuner, rate, batches: int, waits: bool = True) -> list[int]:
     """Feed ``batches`` batches of a job that trains ``rate(d)`` samples/s with d workers
-    (its loader binds below the peak: it waits; past it, it does not)."""
+    (its loader binds below the peak: it waits; past it, it does not; ``waits`` False: its
+    loader always keeps up, it never waits)."""
     counts = []
     for _ in range(batches):
         d = tuner.workers
         iteration = B / rate(d)
-        step = min(iteration, 0.01)
+        step = min(iteration, 0.01) if waits else iteration
         tuner.observe(B, iteration - step, step)
         counts.append(tuner.workers)
     return counts
@@ -137,16 +138,6 @@ def test_on_a_plateau_one_step_is_tried_not_both_ways():
     assert 1 in counts and tuner.best == 1
 
 
-def drive_unwaited(tuner: ClimbingTuner, rate, batches: int) -> list[int]:
-    """Feed ``batches`` batches of a job whose loader always keeps up (it never waits), at
-    ``rate(d)`` samples/s with d workers."""
-    counts = []
-    for _ in range(batches):
-        tuner.observe(B, 0.0, B / rate(tuner.workers))
-        counts.append(tuner.workers)
-    return counts
-
-
 def looks(counts: list[int], best: int) -> list[int]:
     """The batches at which the tuner left its best count."""
     return [i for i in range(1, len(counts)) if counts[i - 1] == best != counts[i]]
@@ -157,7 +148,7 @@ def test_a_step_that_read_clearly_worse_is_not_paid_for_again_while_the_other_re
     reads level. At every later look the tuner tries the level way first, reads the plateau
     and holds: one worker is never tried again."""
     tuner = ClimbingTuner(start=2, budget=6, window=10, settle=0, repeat=5)
-    counts = drive_unwaited(tuner, lambda d: 100.0 if d == 1 else 200.0, 2000)
+    counts = drive(tuner, lambda d: 100.0 if d == 1 else 200.0, 2000, waits=False)
     first_look = counts[:40]
     assert 1 in first_look and 3 in first_look
     assert 1 not in counts[40:] and counts[40:].count(3) > 0  # it still looks, upward
@@ -166,7 +157,7 @@ def test_a_step_that_read_clearly_worse_is_not_paid_for_again_while_the_other_re
 
 def test_a_look_that_keeps_the_best_count_doubles_the_hold_before_the_next():
     tuner = ClimbingTuner(start=2, budget=6, window=10, settle=0, repeat=5, backoff=8)
-    counts = drive_unwaited(tuner, lambda d: 100.0 if d == 1 else 200.0, 6000)
+    counts = drive(tuner, lambda d: 100.0 if d == 1 else 200.0, 6000, waits=False)
     starts = looks(counts, 2)
     gaps = [b - a for a, b in zip(starts[1:], starts[2:], strict=False)]  # from the second look on
     assert len(gaps) >= 4
@@ -199,12 +190,12 @@ def test_a_node_that_changes_as_a_hold_begins_is_still_looked_at():
         return level["gain"] * (100.0 if d == 1 else 200.0)
 
     for _ in range(200):  # the first look: down, then up; it has just ended
-        drive_unwaited(tuner, rate, 1)
+        drive(tuner, rate, 1, waits=False)
         if len(tuner._tried) == 2 and tuner._direction == 0:
             break
     assert tuner.workers == 2 and not tuner._held
     level["gain"] = 1.17
-    drive_unwaited(tuner, rate, 10)
+    drive(tuner, rate, 10, waits=False)
     level["gain"] = 1.27
-    counts = drive_unwaited(tuner, rate, 40)
+    counts = drive(tuner, rate, 40, waits=False)
     assert set(counts) != {2}  # looked again within 4 windows of a 20-window hold
