@@ -37,7 +37,10 @@ for ``guard_windows`` windows in a row goes back to the base and holds it for ``
 the moves that led there are not tried again while the same jobs run.
 Moves respect a dwell (a job is resized at most once every ``dwell_s``),
 and a move is not tried for a receiver whose measured time left could not pay back a
-trial (``payback`` × the trial's length).
+trial (``payback`` × the trial's length). No trial starts while a job's measured time left
+is shorter than one trial: it would end before the trial's window, which could then not be
+judged (the loop starts anew when the job set changes), and the trial's cost would be paid
+for nothing.
 
 Pure: the scheduler feeds it heartbeats and the clock, and carries out the counts it
 returns.
@@ -54,9 +57,10 @@ from collections.abc import Callable, Mapping, Sequence
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
     window_s: float = 4.0  # a measuring window (at least 4 heartbeats: see ``for_heartbeat``)
-    # ... and long enough for the slowest job to train this many batches: heartbeats count
-    # whole batches, so a window of 10 batches reads a rate ±10 %
+    # ... and long enough for the node to train this many batches a job (their spread
+    # averaged out of the node's rate) and its slowest job ``fewest`` (two batch ends)
     batches: int = 20
+    fewest: int = 4
     longest_s: float = 30.0  # the most a window is stretched for that
     settle_s: float = 1.0  # after a resize is applied, at least this before its window
     tolerance: float = 0.03  # a move stays unless the node's rate fell by more
@@ -373,21 +377,31 @@ class ClosedLoop:
 
     def window(self) -> float:
         """A measuring window: ``window_s``, stretched (to ``longest_s`` at most) until the
-        slowest job trains ``batches`` batches in it at its rate over its last beats."""
+        node trains ``batches`` batches a job in it and its slowest job ``fewest``, at the
+        jobs' rates over their last beats. A beat is timed at its last batch's end, so a
+        rate between two beats counts whole batches over the time they took; what is left
+        is the batches' own spread, which ``batches`` a job averages out of the node's rate
+        (what a trial is judged on), and a job needs two batch ends in a window to have a
+        rate at all. (Sized to 20 batches of the slowest job instead, a GPU-bound job
+        training a batch a second held every window to 20 s.)"""
         if self._step_window is not None:
             return self._step_window
         s = self.settings
-        slowest = math.inf
+        batch, samples, slowest = 0.0, 0.0, math.inf  # Σ B_j, Σ B_j·r_j, least r_j
         for job in self.jobs.values():
             beats = job.beats
             if len(beats) >= 2 and beats[-1][0] > beats[0][0]:
                 recent = [b for b in beats if b[0] >= beats[-1][0] - 2 * s.longest_s]
                 (ta, ia), (tb, ib) = recent[0], recent[-1]
                 if tb > ta and ib > ia:
-                    slowest = min(slowest, (ib - ia) / (tb - ta))
-        if slowest == math.inf:
+                    rate = (ib - ia) / (tb - ta)
+                    batch += job.batch_size
+                    samples += job.batch_size * rate
+                    slowest = min(slowest, rate)
+        if samples <= 0:
             return s.window_s
-        return min(max(s.window_s, s.batches / slowest), max(s.longest_s, s.window_s))
+        need = max(s.batches * batch / samples, s.fewest / slowest)
+        return min(max(s.window_s, need), max(s.longest_s, s.window_s))
 
     def _guard(self, now: float, rate: float, current: Mapping[str, int]) -> bool:
         s = self.settings
@@ -411,14 +425,15 @@ class ClosedLoop:
     def _move(self, now: float, current: Mapping[str, int],
               remaining: Mapping[str, float] | None) -> dict[str, int]:
         s = self.settings
+        if self._ends_within_trial(current, remaining):
+            return {}
         donors = [n for n in self.jobs if current.get(n, 0) > max(self.target.get(n, 1), 1)
                   and now - self.jobs[n].resized_at >= s.dwell_s]
         receivers = [n for n in self.jobs if current.get(n, 0) < self.target.get(n, 0)
-                     and now - self.jobs[n].resized_at >= s.dwell_s
-                     and self._pays_back(n, current, remaining)]
+                     and now - self.jobs[n].resized_at >= s.dwell_s]
         pairs = [(d, r) for d in donors for r in receivers if (d, r) not in self.rejected]
         if not pairs:
-            return self._shed(current, donors) or self._grow(now, current, remaining)
+            return self._shed(current, donors) or self._grow(now, current)
         donor, receiver = max(pairs, key=lambda p: self._worth(p, current))
         k = min(self.stride.get((donor, receiver), s.step),
                 current[donor] - max(self.target.get(donor, 1), 1),
@@ -450,8 +465,7 @@ class ClosedLoop:
         return (max(self.rates) - min(self.rates)) / max(before, 1e-9) \
             if len(self.rates) > 1 else 0.0
 
-    def _grow(self, now: float, current: Mapping[str, int],
-              remaining: Mapping[str, float] | None) -> dict[str, int]:
+    def _grow(self, now: float, current: Mapping[str, int]) -> dict[str, int]:
         """A capacity probe: ``step`` workers more for the job furthest below its ceiling
         (measured rate against the model's), none taken from another."""
         s = self.settings
@@ -462,8 +476,7 @@ class ClosedLoop:
         for n in self.jobs:
             cap = self.caps.get(n)
             if (None, n) in self.rejected or (cap is not None and current.get(n, 0) >= cap) \
-                    or now - self.jobs[n].resized_at < s.dwell_s \
-                    or not self._pays_back(n, current, remaining):
+                    or now - self.jobs[n].resized_at < s.dwell_s:
                 continue
             rate, ceiling = self.recent_rate(n), self.ceiling.get(n, 0.0)
             ratios[n] = rate / ceiling if rate and ceiling > 0 else 0.5
@@ -488,15 +501,22 @@ class ClosedLoop:
         gain = self.predict(r, current[r] + 1) - self.predict(r, current[r])
         return gain - loss
 
-    def _pays_back(self, name: str, current: Mapping[str, int],
-                   remaining: Mapping[str, float] | None) -> bool:
-        if remaining is None or name not in remaining:
-            return True
-        rate = self.recent_rate(name)
-        if not rate:
-            return True
-        trial_s = self._settle(current, name) + self.window()
-        return remaining[name] / rate >= self.settings.payback * trial_s
+    def _ends_within_trial(self, current: Mapping[str, int],
+                           remaining: Mapping[str, float] | None) -> bool:
+        """Whether a job's measured time left is shorter than ``payback`` trials started now
+        (a trial: its new workers' first batches and a window). The job would end during
+        the trial, or soon after it: the job set changes and the loop starts anew, so the
+        trial's cost (forked workers, a worse split) is paid by jobs that see little or
+        nothing of what it finds."""
+        if not remaining:
+            return False
+        trial_s = self._settle(current) + self.window()
+        for name in self.jobs:
+            rate = self.recent_rate(name)
+            if rate and name in remaining \
+                    and remaining[name] / rate < self.settings.payback * trial_s:
+                return True
+        return False
 
     def _judge(self, now: float, current: Mapping[str, int],
                remaining: Mapping[str, float] | None = None) -> dict[str, int]:
