@@ -36,11 +36,10 @@ A guard watches every window: a node measured below its base's rate by more than
 for ``guard_windows`` windows in a row goes back to the base and holds it for ``hold_s``;
 the moves that led there are not tried again while the same jobs run.
 Moves respect a dwell (a job is resized at most once every ``dwell_s``),
-and a move is not tried for a receiver whose measured time left could not pay back a
-trial (``payback`` × the trial's length). No trial starts while a job's measured time left
-is shorter than one trial: it would end before the trial's window, which could then not be
-judged (the loop starts anew when the job set changes), and the trial's cost would be paid
-for nothing.
+and no trial (move, shed or probe) starts while any job's measured time left is under
+``payback`` × a trial's length: the job would end during the trial or soon after, the loop
+starts anew when the job set changes, and the trial's cost (forked workers, a worse split)
+would fall on jobs that see little or nothing of what it finds.
 
 Pure: the scheduler feeds it heartbeats and the clock, and carries out the counts it
 returns.
@@ -57,10 +56,9 @@ from collections.abc import Callable, Mapping, Sequence
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
     window_s: float = 4.0  # a measuring window (at least 4 heartbeats: see ``for_heartbeat``)
-    # ... and long enough for the node to train this many batches a job (their spread
-    # averaged out of the node's rate) and its slowest job ``fewest`` (two batch ends)
+    # ... and long enough for the slowest job to train this many batches: heartbeats count
+    # whole batches, so a window of 10 batches reads a rate ±10 %
     batches: int = 20
-    fewest: int = 4
     longest_s: float = 30.0  # the most a window is stretched for that
     settle_s: float = 1.0  # after a resize is applied, at least this before its window
     tolerance: float = 0.03  # a move stays unless the node's rate fell by more
@@ -377,31 +375,21 @@ class ClosedLoop:
 
     def window(self) -> float:
         """A measuring window: ``window_s``, stretched (to ``longest_s`` at most) until the
-        node trains ``batches`` batches a job in it and its slowest job ``fewest``, at the
-        jobs' rates over their last beats. A beat is timed at its last batch's end, so a
-        rate between two beats counts whole batches over the time they took; what is left
-        is the batches' own spread, which ``batches`` a job averages out of the node's rate
-        (what a trial is judged on), and a job needs two batch ends in a window to have a
-        rate at all. (Sized to 20 batches of the slowest job instead, a GPU-bound job
-        training a batch a second held every window to 20 s.)"""
+        slowest job trains ``batches`` batches in it at its rate over its last beats."""
         if self._step_window is not None:
             return self._step_window
         s = self.settings
-        batch, samples, slowest = 0.0, 0.0, math.inf  # Σ B_j, Σ B_j·r_j, least r_j
+        slowest = math.inf
         for job in self.jobs.values():
             beats = job.beats
             if len(beats) >= 2 and beats[-1][0] > beats[0][0]:
                 recent = [b for b in beats if b[0] >= beats[-1][0] - 2 * s.longest_s]
                 (ta, ia), (tb, ib) = recent[0], recent[-1]
                 if tb > ta and ib > ia:
-                    rate = (ib - ia) / (tb - ta)
-                    batch += job.batch_size
-                    samples += job.batch_size * rate
-                    slowest = min(slowest, rate)
-        if samples <= 0:
+                    slowest = min(slowest, (ib - ia) / (tb - ta))
+        if slowest == math.inf:
             return s.window_s
-        need = max(s.batches * batch / samples, s.fewest / slowest)
-        return min(max(s.window_s, need), max(s.longest_s, s.window_s))
+        return min(max(s.window_s, s.batches / slowest), max(s.longest_s, s.window_s))
 
     def _guard(self, now: float, rate: float, current: Mapping[str, int]) -> bool:
         s = self.settings

@@ -53,7 +53,6 @@ class SimJob:
     workers: int = 0
     workers_initial: int | None = None
     done: float = 0.0  # iterations
-    whole_at: float = 0.0  # when its last whole iteration ended (the master's batch end)
     paused_until: float = 0.0
     start_s: float | None = None
     end_s: float | None = None
@@ -308,9 +307,7 @@ class Simulator:
         """Every running job's heartbeat; the loop's move, judgement or guard."""
         running = self._running()
         for j in running:
-            whole = math.floor(j.done + 1e-9)
-            self.loop.beat(j.whole_at if whole >= 1 else self.t, j.name, whole,
-                           j.paused_until <= self.t + EPS)
+            self.loop.beat(self.t, j.name, int(j.done), j.paused_until <= self.t + EPS)
             if j.name not in self.beaten and j.done >= 1:
                 self.beaten.add(j.name)  # a first C_j: the plan the loop walks toward
                 self._open_window(0.0)
@@ -481,9 +478,6 @@ class Simulator:
         held = set()
         for j in self._running():
             r = rates.get(j.name, 0.0)
-            whole = math.floor(j.done + r * dt + 1e-9)
-            if r > 0 and whole > math.floor(j.done + 1e-9):  # a batch ended in this step
-                j.whole_at = self.t + max(0.0, (whole - j.done) / r)
             j.done += r * dt
             self.gpu_busy += r * j.step_s * dt * len(j.gpu_ids)
             held.update(j.gpu_ids)

@@ -8,12 +8,6 @@ recognised by its next message. It sends Register,
 waits ``connect_timeout_s`` for the Allocation, hands every command to ``deliver`` (called
 in this thread), sends a Heartbeat every ``heartbeat_s`` once allocated, and sends what
 other threads ``post``. Without an Allocation in time it logs one line and keeps quiet.
-
-A heartbeat due is sent as the job's next batch ends (``batch_ended``, from the loader's
-hook), or one interval later where none ends (a paused or slow job): the daemon reads a
-job's rate between two heartbeats, and beats sent at batch ends count whole batches over
-the time they took, where beats on a timer count them to ±1 batch (a GPU-bound job's
-rate ±10 % over 10 batches).
 """
 
 from __future__ import annotations
@@ -72,8 +66,6 @@ class Channel(threading.Thread):
         self._wake_closed = False
         self._stopping = False
         self._final = None
-        self._beat_due = False  # a heartbeat waits for the next batch end ...
-        self._batch_ended = False  # ... which came
         self.allocated = threading.Event()  # an Allocation arrived
         self.settled = threading.Event()  # allocated, refused or timed out
         self.refused: str | None = None
@@ -96,12 +88,6 @@ class Channel(threading.Thread):
         self._wake()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout_s)
-
-    def batch_ended(self) -> None:
-        """A batch ended (thread-safe; one flag read a batch): a heartbeat due goes now."""
-        if self._beat_due:
-            self._batch_ended = True
-            self._wake()
 
     def _wake(self) -> None:
         with self._wake_lock:
@@ -149,7 +135,7 @@ class Channel(threading.Thread):
             if not self.settled.is_set():
                 waits.append(connect_deadline - now)
             if next_beat is not None:
-                waits.append(next_beat - now + (self.heartbeat_s if self._beat_due else 0.0))
+                waits.append(next_beat - now)
             timeout = None if not waits else max(0, int(min(waits) * 1000) + 1)
             ready = dict(poller.poll(timeout))
             if self._wake_r in ready:
@@ -188,15 +174,10 @@ class Channel(threading.Thread):
                 self.settled.set()
                 self._on_silent()
             if next_beat is not None and now >= next_beat:
-                if not self._beat_due:  # sent as the next batch ends, or an interval on
-                    self._batch_ended, self._beat_due = False, True
-                    next_beat = now
-                if self._batch_ended or now >= next_beat + self.heartbeat_s:
-                    self._beat_due = False
-                    beat = self._heartbeat()
-                    if beat is not None:
-                        self._send(sock, beat)
-                    next_beat = now + self.heartbeat_s
+                beat = self._heartbeat()
+                if beat is not None:
+                    self._send(sock, beat)
+                next_beat = max(next_beat + self.heartbeat_s, now)
 
     def _receive(self, sock) -> list:
         out = []

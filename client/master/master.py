@@ -229,8 +229,6 @@ class JobMaster:
 
     def _on_batch(self, stats) -> None:
         self._state.record(stats)
-        if self.channel is not None:
-            self.channel.batch_ended()
         for command in self._exchange(self._take()):
             self._apply(command)
 

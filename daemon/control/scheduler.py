@@ -502,8 +502,6 @@ class Scheduler:
         if job.state == "running":
             job.intake.observe(msg.step_s, msg.data_wait_s)  # C_j: from the first beat on
             if self.loop is not None:
-                # the master sends a heartbeat as a batch ends (within an interval): a rate
-                # between two beats counts whole batches over the time they took
                 self.loop.beat(self.clock(), job.id, msg.iteration, msg.applied_seq >= job.seq)
                 if job.intake.beats == 1:  # a first C_j: the plan the loop walks toward
                     self._open(0.0)
