@@ -36,10 +36,11 @@ A guard watches every window: a node measured below its base's rate by more than
 for ``guard_windows`` windows in a row goes back to the base and holds it for ``hold_s``;
 the moves that led there are not tried again while the same jobs run.
 Moves respect a dwell (a job is resized at most once every ``dwell_s``),
-and no trial (move, shed or probe) starts while any job's measured time left is under
-``payback`` × a trial's length: the job would end during the trial or soon after, the loop
-starts anew when the job set changes, and the trial's cost (forked workers, a worse split)
-would fall on jobs that see little or nothing of what it finds.
+and a move is not tried for a receiver whose measured time left could not pay back a
+trial (``payback`` × the trial's length). No trial (move, shed or probe) starts while any
+job's measured time left is shorter than one trial: the job would end before the trial's
+window, the loop starts anew when the job set changes, and the trial, never judged, would
+cost (forked workers, a worse split) and buy nothing.
 
 Pure: the scheduler feeds it heartbeats and the clock, and carries out the counts it
 returns.
@@ -418,10 +419,11 @@ class ClosedLoop:
         donors = [n for n in self.jobs if current.get(n, 0) > max(self.target.get(n, 1), 1)
                   and now - self.jobs[n].resized_at >= s.dwell_s]
         receivers = [n for n in self.jobs if current.get(n, 0) < self.target.get(n, 0)
-                     and now - self.jobs[n].resized_at >= s.dwell_s]
+                     and now - self.jobs[n].resized_at >= s.dwell_s
+                     and self._pays_back(n, current, remaining)]
         pairs = [(d, r) for d in donors for r in receivers if (d, r) not in self.rejected]
         if not pairs:
-            return self._shed(current, donors) or self._grow(now, current)
+            return self._shed(current, donors) or self._grow(now, current, remaining)
         donor, receiver = max(pairs, key=lambda p: self._worth(p, current))
         k = min(self.stride.get((donor, receiver), s.step),
                 current[donor] - max(self.target.get(donor, 1), 1),
@@ -453,7 +455,8 @@ class ClosedLoop:
         return (max(self.rates) - min(self.rates)) / max(before, 1e-9) \
             if len(self.rates) > 1 else 0.0
 
-    def _grow(self, now: float, current: Mapping[str, int]) -> dict[str, int]:
+    def _grow(self, now: float, current: Mapping[str, int],
+              remaining: Mapping[str, float] | None) -> dict[str, int]:
         """A capacity probe: ``step`` workers more for the job furthest below its ceiling
         (measured rate against the model's), none taken from another."""
         s = self.settings
@@ -464,7 +467,8 @@ class ClosedLoop:
         for n in self.jobs:
             cap = self.caps.get(n)
             if (None, n) in self.rejected or (cap is not None and current.get(n, 0) >= cap) \
-                    or now - self.jobs[n].resized_at < s.dwell_s:
+                    or now - self.jobs[n].resized_at < s.dwell_s \
+                    or not self._pays_back(n, current, remaining):
                 continue
             rate, ceiling = self.recent_rate(n), self.ceiling.get(n, 0.0)
             ratios[n] = rate / ceiling if rate and ceiling > 0 else 0.5
@@ -489,20 +493,28 @@ class ClosedLoop:
         gain = self.predict(r, current[r] + 1) - self.predict(r, current[r])
         return gain - loss
 
+    def _pays_back(self, name: str, current: Mapping[str, int],
+                   remaining: Mapping[str, float] | None) -> bool:
+        if remaining is None or name not in remaining:
+            return True
+        rate = self.recent_rate(name)
+        if not rate:
+            return True
+        trial_s = self._settle(current, name) + self.window()
+        return remaining[name] / rate >= self.settings.payback * trial_s
+
     def _ends_within_trial(self, current: Mapping[str, int],
                            remaining: Mapping[str, float] | None) -> bool:
-        """Whether a job's measured time left is shorter than ``payback`` trials started now
-        (a trial: its new workers' first batches and a window). The job would end during
-        the trial, or soon after it: the job set changes and the loop starts anew, so the
-        trial's cost (forked workers, a worse split) is paid by jobs that see little or
-        nothing of what it finds."""
+        """Whether a job's measured time left is shorter than a trial started now (its new
+        workers' first batches and a window): the job would end before the trial's window,
+        the job set would change and the loop start anew, so the trial could not be judged
+        and its cost (forked workers, a worse split) would buy nothing."""
         if not remaining:
             return False
         trial_s = self._settle(current) + self.window()
         for name in self.jobs:
             rate = self.recent_rate(name)
-            if rate and name in remaining \
-                    and remaining[name] / rate < self.settings.payback * trial_s:
+            if rate and name in remaining and remaining[name] / rate < trial_s:
                 return True
         return False
 

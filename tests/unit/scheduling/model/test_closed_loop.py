@@ -304,9 +304,9 @@ def test_no_worker_goes_to_a_job_that_ends_before_its_trial_could_pay_back():
 
 def test_no_trial_starts_while_a_job_ends_before_it_could_be_judged():
     """The probe of the test below (a below its ceiling) is not tried while b has less time
-    left than two trials: b would end during the probe or soon after, the job set would
-    change, and b would pay the probe's cost (forked workers) for little or nothing. With
-    b's time left long, the same node probes."""
+    left than one trial: b would end before the probe's window, the job set would change,
+    and the probe, never judged, would cost (forked workers) and buy nothing. With b's
+    time left long, the same node probes."""
     def node(remaining_b: float) -> tuple[Truth, ClosedLoop]:
         loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
         loop.target = {"a": 6, "b": 5, "c": 5}
@@ -316,8 +316,7 @@ def test_no_trial_starts_while_a_job_ends_before_it_could_be_judged():
         truth.run(30, remaining={"a": 1e9, "b": remaining_b, "c": 1e9})
         return truth, loop
 
-    # 5 s left at b's rate: more than a trial (1 s + a 2 s window), less than twice one
-    truth, loop = node(5 * PER_WORKER * 5)
+    truth, loop = node(2 * PER_WORKER * 5)  # 2 s left at b's rate; a trial is 1 s + 2 s
     assert truth.sent == {"a": 6, "b": 5, "c": 5}
     assert not [e for e in loop.events if e[1] in ("loop_kept", "loop_reverted")]
     truth, loop = node(1e9)
