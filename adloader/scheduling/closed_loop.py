@@ -493,15 +493,18 @@ class ClosedLoop:
         gain = self.predict(r, current[r] + 1) - self.predict(r, current[r])
         return gain - loss
 
+    def _time_left(self, name: str, remaining: Mapping[str, float] | None) -> float | None:
+        """Job ``name``'s measured time left, s (None: not known)."""
+        rate = self.recent_rate(name)
+        if not remaining or name not in remaining or not rate:
+            return None
+        return remaining[name] / rate
+
     def _pays_back(self, name: str, current: Mapping[str, int],
                    remaining: Mapping[str, float] | None) -> bool:
-        if remaining is None or name not in remaining:
-            return True
-        rate = self.recent_rate(name)
-        if not rate:
-            return True
-        trial_s = self._settle(current, name) + self.window()
-        return remaining[name] / rate >= self.settings.payback * trial_s
+        left = self._time_left(name, remaining)
+        return left is None or \
+            left >= self.settings.payback * (self._settle(current, name) + self.window())
 
     def _ends_within_trial(self, current: Mapping[str, int],
                            remaining: Mapping[str, float] | None) -> bool:
@@ -512,11 +515,8 @@ class ClosedLoop:
         if not remaining:
             return False
         trial_s = self._settle(current) + self.window()
-        for name in self.jobs:
-            rate = self.recent_rate(name)
-            if rate and name in remaining and remaining[name] / rate < trial_s:
-                return True
-        return False
+        lefts = (self._time_left(name, remaining) for name in self.jobs)
+        return any(left is not None and left < trial_s for left in lefts)
 
     def _judge(self, now: float, current: Mapping[str, int],
                remaining: Mapping[str, float] | None = None) -> dict[str, int]:
