@@ -5,22 +5,27 @@ measures where to start: the counts the jobs asked for (``num_workers``, where e
 said one and they ask for more workers in all than the even split gives — fewer would leave
 cores idle — but no more than the loop ever runs, ``grow_to`` × the node's; first, so a new
 set of jobs starts as it would without a daemon), and the even split of the node's workers
-(first where the jobs asked for none, and after a job ends: its workers are free now). Where
-a job arrived and the others ran before it, the first start is where the loop stood,
-*carried*: the new job its even share, the others the rest in proportion to the workers they
-had (what the loop had measured and kept), measured against the even split; the asked-for
-counts are not measured then. Once every job has trained its first batch and the new workers
-have delivered theirs, one window measures the node's rate (Σ of the jobs' measured
-samples/s) under each start in turn; the better one is the *base* (the carried start where
-it measured within ``tolerance`` of the best, which the guard still measures against). From
-then on the loop walks toward the policy's plan in moves from one job to another, the pair
-the model ranks best (the donor whose predicted rate falls least, the receiver whose rises
-most): ``step`` workers first, and each kept move along a pair is followed at once by one
-twice as large along it (the kept trial's window measured where the node stands). Each move
-is a trial: the jobs apply it, the new workers deliver their first batches, a window
-measures the node again, and the move stays only if the measured rate did not fall by more
-than the windows' noise (``tolerance`` at least). A move that failed goes back at once and
-that pair is not tried again until the job set changes.
+(first where the jobs asked for none, and after a job ends: its workers are free now).
+Where a job arrived and the others ran before it, the first start is where the loop stood,
+*carried*: the new job its even share, the others the rest in proportion to the workers
+they had (what the loop had measured and kept), measured against the even split; the
+asked-for counts are not measured then. Where the policy's plan for a new set of jobs
+*sheds* the even split (fewer workers in all, none for any job over its even share: the
+node's measured loading peaks below its workers), the plan is the first start: it cannot
+hoard, and it forks no worker the even split would; the even split is measured after it
+only where every job's time left pays back a trial (``payback``), else the plan is the
+base. Once every job has trained its first batch and the new workers have delivered theirs,
+one window measures the node's rate (Σ of the jobs' measured samples/s) under each start in
+turn; the better one is the *base* (the carried start where it measured within
+``tolerance`` of the best, which the guard still measures against). From then on the loop
+walks toward the policy's plan in moves from one job to another, the pair the model ranks
+best (the donor whose predicted rate falls least, the receiver whose rises most): ``step``
+workers first, and each kept move along a pair is followed at once by one twice as large
+along it (the kept trial's window measured where the node stands). Each move is a trial:
+the jobs apply it, the new workers deliver their first batches, a window measures the node
+again, and the move stays only if the measured rate did not fall by more than the windows'
+noise (``tolerance`` at least). A move that failed goes back at once and that pair is not
+tried again until the job set changes.
 
 Where the plan runs fewer workers in all than the node runs (a node whose loading peaks
 below its workers), the loop also sheds toward it: ``step`` workers fewer for the job
@@ -71,6 +76,7 @@ class LoopSettings:
     payback: float = 2.0  # a receiver needs this many trials' time left
     grow_to: float = 1.5  # capacity probes up to this × the node's workers in all (0: none)
     grow_gain: float = 0.01  # a probe's workers stay if the node's rate rose this much
+    shed_start: bool = True  # a new set starts at a plan that only sheds the even split
 
     def for_heartbeat(self, heartbeat_s: float) -> LoopSettings:
         """These settings with windows long enough for ``heartbeat_s`` (4 beats a window)."""
@@ -157,12 +163,14 @@ class ClosedLoop:
               caps: Mapping[str, int | None] | None = None,
               requested: Mapping[str, int | None] | None = None,
               first: str = "requested",
-              current: Mapping[str, int] | None = None) -> dict[str, int]:
+              current: Mapping[str, int] | None = None,
+              planned: Mapping[str, int] | None = None) -> dict[str, int]:
         """A new set of running jobs (name → batch size; ``caps``: the most workers a job
         may have, where it has a most; ``requested``: the counts the jobs asked for;
         ``current``: the workers each job has now): the starts to measure, the first of them
         returned (``first``: ``requested`` or ``even``, where both are measured; the carried
-        start first where there is one)."""
+        start first where there is one; ``planned``: the policy's plan for these jobs, the
+        first start where it sheds the even split, ``_sheds``)."""
         before = set(self.jobs)
         self.jobs = {n: self.jobs.get(n) or _Job(b) for n, b in batch_sizes.items()}
         for job in self.jobs.values():
@@ -174,6 +182,8 @@ class ClosedLoop:
         asked = self._requested(list(batch_sizes), requested)
         if carried is not None and carried != self.even_counts:
             self.starts.insert(0, ("carried", carried))
+        elif self.settings.shed_start and self._sheds(planned):
+            self.starts.insert(0, ("planned", {n: int(planned[n]) for n in sorted(batch_sizes)}))
         elif asked is not None and sum(self.even_counts.values()) < sum(asked.values()) \
                 <= self.most():
             self.starts.insert(0 if first == "requested" else 1, ("requested", asked))
@@ -210,6 +220,16 @@ class ClosedLoop:
             cap = self.caps.get(n)
             out[n] = min(share[n], cap) if cap is not None else share[n]
         return {n: out[n] for n in sorted(names)}
+
+    def _sheds(self, planned: Mapping[str, int] | None) -> bool:
+        """Whether ``planned`` runs the jobs on fewer workers in all than the even split
+        and gives none more than its even share (at least one each): a start that cannot
+        hoard, where the node's measured loading peaks below its workers."""
+        if not planned or set(planned) != set(self.even_counts):
+            return False
+        if any(not 1 <= planned[n] <= self.even_counts[n] for n in planned):
+            return False
+        return sum(planned.values()) < sum(self.even_counts.values())
 
     def most(self) -> int:
         """The most workers the loop runs in all (``grow_to`` × the node's)."""
@@ -323,6 +343,11 @@ class ClosedLoop:
             self.events.append((None, "loop_even", {"rate": round(rate, 1)}))
         else:
             self.events.append((None, "loop_start", {"start": name, "rate": round(rate, 1)}))
+        if len(self.measured) < len(self.starts) and name == "planned" \
+                and not all(self._pays_back(n, current, remaining) for n in self.jobs):
+            # the even split would fork workers for a window that a job ending soon leaves
+            # no time to pay back: the plan, fewer workers, is the base
+            self.starts = self.starts[:len(self.measured)]
         if len(self.measured) < len(self.starts):
             self.phase = "start"
             for job in self.jobs.values():

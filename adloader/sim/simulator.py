@@ -283,7 +283,8 @@ class Simulator:
             return {k: by_name[k].workers for k in planned}, []
         counts = loop.reset(self.t, planned, requested={k: by_name[k].spec.workers
                                                          for k in planned},
-                            current={k: by_name[k].workers for k in planned})
+                            current={k: by_name[k].workers for k in planned},
+                            planned=decision.workers)
         self.beaten -= set(planned)  # C_j measured beside other jobs: measured anew
         resized = [k for k in planned if k not in decision.launched
                    and by_name[k].workers != counts[k]]

@@ -414,7 +414,8 @@ class Scheduler:
         counts = loop.reset(self.clock(), planned,
                             {k: self.jobs[k].max_workers(self.capacity) for k in planned},
                             {k: self.jobs[k].requested for k in planned},
-                            current={k: self.jobs[k].workers for k in planned})
+                            current={k: self.jobs[k].workers for k in planned},
+                            planned=decision.workers)
         for k in planned:  # C_j was measured beside other jobs: measured anew
             self.jobs[k].intake = IntakeCeiling()
         resized = [k for k in planned if k not in decision.launched

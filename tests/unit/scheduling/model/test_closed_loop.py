@@ -92,11 +92,12 @@ class Truth:
     applied, a count sent is applied ``delay`` s later, a heartbeat every ``dt``."""
 
     def __init__(self, loop: ClosedLoop, rate, names, delay: float = 1.0, dt: float = 0.5,
-                 requested: dict[str, int] | None = None):
+                 requested: dict[str, int] | None = None,
+                 planned: dict[str, int] | None = None):
         self.loop, self.rate, self.delay, self.dt = loop, rate, delay, dt
         self.t = 0.0
         self.sent = loop.reset(self.t, {n: B for n in names},  # what the daemon holds
-                               requested=requested)
+                               requested=requested, planned=planned)
         self.applied = dict(self.sent)
         self.pending: list[tuple[float, str, int]] = []
         self.done = dict.fromkeys(names, 0.0)
@@ -371,6 +372,54 @@ def test_asked_for_counts_are_measured_only_between_the_even_split_and_the_loops
     assert [name for name, _ in loop.starts] == ["even"]
     loop.reset(0.0, {"a": B, "b": B}, requested={"a": 12, "b": None})  # one did not ask
     assert [name for name, _ in loop.starts] == ["even"]
+
+
+def test_a_plan_that_sheds_the_even_split_is_the_first_start_and_the_better_is_kept():
+    """The plan runs 1 worker each where the even split runs 6, 5, 5: the jobs start at the
+    plan (no worker forked that the even split would add), then the even split is measured
+    (every job has long to run) and the better of the two is the base: on a node whose
+    loading peaks at 4 workers the plan, on one where every worker adds the even split."""
+    names = ["a", "b", "c"]
+    shed = dict.fromkeys(names, 1)
+    for contention, base in ((True, "planned"), (False, "even")):
+        loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.0))
+        loop.target = dict(shed)
+        truth = Truth(loop, lambda n, d: PER_WORKER * d, names, planned=shed)
+        if contention:
+            truth.rate = contended(truth)
+        assert truth.sent == shed and [s for s, _ in loop.starts] == ["planned", "even"]
+        truth.run(40, remaining=dict.fromkeys(names, 1e9))
+        chosen = [e[2] for e in loop.events if e[1] == "loop_base"]
+        assert chosen and chosen[0]["start"] == base, contention
+        assert set(chosen[0]["rates"]) == {"planned", "even"}
+        assert loop.base_counts == (shed if contention else {"a": 6, "b": 5, "c": 5})
+
+
+def test_a_shed_plan_is_kept_unmeasured_against_even_where_a_job_ends_before_it_pays_back():
+    """As above, on the node where every worker adds, but job b has 5 s left: measuring the
+    even split (a settle and a window, twice over to pay back) would fork 13 workers for
+    jobs about to change, so the plan stays the base (a trial of a few workers, judged within
+    b's time, may follow)."""
+    names = ["a", "b", "c"]
+    shed = dict.fromkeys(names, 1)
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.0))
+    loop.target = dict(shed)
+    truth = Truth(loop, lambda n, d: PER_WORKER * d, names, planned=shed)
+    truth.run(4, remaining={"a": 1e9, "b": 5 * PER_WORKER, "c": 1e9})
+    assert loop.phase != "start" and loop.base_counts == shed
+    assert all(counts != {"a": 6, "b": 5, "c": 5} for _, counts in truth.history)
+    assert not [e for e in loop.events if e[1] in ("loop_even", "loop_base")]
+
+
+def test_a_plan_that_gives_a_job_more_than_its_even_share_does_not_start_first():
+    loop = ClosedLoop(16)
+    names = {"a": B, "b": B, "c": B}
+    for planned in ({"a": 7, "b": 1, "c": 1},  # fewer in all, but a over its share
+                    {"a": 6, "b": 5, "c": 5},  # the even split itself
+                    {"a": 1, "b": 1}):  # not these jobs
+        assert loop.reset(0.0, names, planned=planned) == {"a": 6, "b": 5, "c": 5}
+        assert [s for s, _ in loop.starts] == ["even"], planned
+    assert loop.reset(0.0, names, planned={"a": 6, "b": 1, "c": 5}) == {"a": 6, "b": 1, "c": 5}
 
 
 def test_a_capacity_probe_adds_workers_while_the_node_gains_and_stops_at_the_ceiling():
