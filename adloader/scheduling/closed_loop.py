@@ -14,9 +14,10 @@ asked-for counts are not measured then. Where the policy's plan for a new set of
 node's measured loading peaks below its workers), the plan is the first start: it cannot
 hoard, and it forks no worker the even split would; the even split is measured after it
 only where every job's time left pays back a trial (``payback``), else the plan is the
-base. Once every job has trained its first batch and the new workers have delivered theirs,
-one window measures the node's rate (Σ of the jobs' measured samples/s) under each start in
-turn; the better one is the *base* (the carried start where it measured within
+base; where the even split measures better, no shed toward the plan is tried while the same
+jobs run. Once every job has trained its first batch and the new workers have delivered
+theirs, one window measures the node's rate (Σ of the jobs' measured samples/s) under each
+start in turn; the better one is the *base* (the carried start where it measured within
 ``tolerance`` of the best, which the guard still measures against). From then on the loop
 walks toward the policy's plan in moves from one job to another, the pair the model ranks
 best (the donor whose predicted rate falls least, the receiver whose rises most): ``step``
@@ -360,6 +361,9 @@ class ClosedLoop:
         else:
             chosen = best
         self.base_counts, self.base_rate = dict(chosen[1]), best[2]
+        if chosen[0] != "planned" and any(m[0] == "planned" for m in self.measured):
+            # the plan's fewer workers measured worse: its sheds are not tried again
+            self.rejected |= {(n, None) for n in self.jobs}
         if len(self.measured) > 1:
             self.events.append((None, "loop_base", {
                 "start": chosen[0], "rates": {m[0]: round(m[2], 1) for m in self.measured}}))

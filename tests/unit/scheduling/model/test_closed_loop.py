@@ -378,7 +378,8 @@ def test_a_plan_that_sheds_the_even_split_is_the_first_start_and_the_better_is_k
     """The plan runs 1 worker each where the even split runs 6, 5, 5: the jobs start at the
     plan (no worker forked that the even split would add), then the even split is measured
     (every job has long to run) and the better of the two is the base: on a node whose
-    loading peaks at 4 workers the plan, on one where every worker adds the even split."""
+    loading peaks at 4 workers the plan, on one where every worker adds the even split, and
+    then no shed toward the plan the node measured worse."""
     names = ["a", "b", "c"]
     shed = dict.fromkeys(names, 1)
     for contention, base in ((True, "planned"), (False, "even")):
@@ -393,6 +394,9 @@ def test_a_plan_that_sheds_the_even_split_is_the_first_start_and_the_better_is_k
         assert chosen and chosen[0]["start"] == base, contention
         assert set(chosen[0]["rates"]) == {"planned", "even"}
         assert loop.base_counts == (shed if contention else {"a": 6, "b": 5, "c": 5})
+        if not contention:  # the plan measured worse: no shed toward it is tried again
+            assert truth.sent == {"a": 6, "b": 5, "c": 5}
+            assert not [e for e in loop.events if e[1] in ("loop_kept", "loop_reverted")]
 
 
 def test_a_shed_plan_is_kept_unmeasured_against_even_where_a_job_ends_before_it_pays_back():
