@@ -77,7 +77,6 @@ class LoopSettings:
     payback: float = 2.0  # a receiver needs this many trials' time left
     grow_to: float = 1.5  # capacity probes up to this × the node's workers in all (0: none)
     grow_gain: float = 0.01  # a probe's workers stay if the node's rate rose this much
-    shed_start: bool = True  # a new set starts at a plan that only sheds the even split
 
     def for_heartbeat(self, heartbeat_s: float) -> LoopSettings:
         """These settings with windows long enough for ``heartbeat_s`` (4 beats a window)."""
@@ -183,7 +182,7 @@ class ClosedLoop:
         asked = self._requested(list(batch_sizes), requested)
         if carried is not None and carried != self.even_counts:
             self.starts.insert(0, ("carried", carried))
-        elif self.settings.shed_start and self._sheds(planned):
+        elif self._sheds(planned):
             self.starts.insert(0, ("planned", {n: int(planned[n]) for n in sorted(batch_sizes)}))
         elif asked is not None and sum(self.even_counts.values()) < sum(asked.values()) \
                 <= self.most():
