@@ -15,10 +15,13 @@ node's measured loading peaks below its workers), the plan is the first start: i
 hoard, and it forks no worker the even split would; the even split is measured after it
 only where every job's time left pays back a trial (``payback``), else the plan is the
 base; where the even split measures better, no shed toward the plan is tried while the same
-jobs run. Once every job has trained its first batch and the new workers have delivered
-theirs, one window measures the node's rate (Σ of the jobs' measured samples/s) under each
-start in turn; the better one is the *base* (the carried start where it measured within
-``tolerance`` of the best, which the guard still measures against). From then on the loop
+jobs run. Where such a plan was the base and a job ends, the others start where they stand
+(the node measured fewer workers no worse; the even split would fork workers for them),
+the even split measured after it on the same payback rule. Once every job has trained its
+first batch and the new workers have delivered theirs, one window measures the node's rate
+(Σ of the jobs' measured samples/s) under each start in turn; the better one is the *base*
+(the carried start where it measured within ``tolerance`` of the best, which the guard
+still measures against). From then on the loop
 walks toward the policy's plan in moves from one job to another, the pair the model ranks
 best (the donor whose predicted rate falls least, the receiver whose rises most): ``step``
 workers first, and each kept move along a pair is followed at once by one twice as large
@@ -121,6 +124,7 @@ class ClosedLoop:
         self.measured: list[tuple[str, dict[str, int], float]] = []  # ... and their rates
         self.base_counts: dict[str, int] = {}  # the better start: what the guard goes back to
         self.base_rate: float | None = None
+        self.base_start: str | None = None  # the start the base came from
         self.caps: dict[str, int | None] = {}
         self.rates: list[float] = []  # the steady windows' node rates, newest last
         self.window_from = 0.0
@@ -177,6 +181,8 @@ class ClosedLoop:
             job.applied = False
         self.caps = dict(caps or {})
         self.even_counts = self.even(list(batch_sizes), self.caps)
+        if planned is None:
+            planned = self._kept_shed(list(batch_sizes), before, current or {})
         self.starts = [("even", dict(self.even_counts))]
         carried = self.carried(list(batch_sizes), before, current or {})
         asked = self._requested(list(batch_sizes), requested)
@@ -188,6 +194,7 @@ class ClosedLoop:
                 <= self.most():
             self.starts.insert(0 if first == "requested" else 1, ("requested", asked))
         self.measured, self.base_counts, self.base_rate = [], {}, None
+        self.base_start = None
         self.phase, self.even_rate, self.rates, self.low = "start", None, [], 0
         self.trial, self.rejected, self.kept, self.held_until = None, set(), set(), 0.0
         self.stride = {}
@@ -220,6 +227,19 @@ class ClosedLoop:
             cap = self.caps.get(n)
             out[n] = min(share[n], cap) if cap is not None else share[n]
         return {n: out[n] for n in sorted(names)}
+
+    def _kept_shed(self, names: Sequence[str], before: set[str],
+                   current: Mapping[str, int]) -> dict[str, int] | None:
+        """Where a job left and the base the loop had kept was a shedding plan (the node
+        measured fewer workers no worse than the even split, or a job ending soon left no
+        time to measure it): the workers the jobs left have now, a start that forks none;
+        None otherwise (a job arrived, or the base was the even split or the asked-for
+        counts)."""
+        if self.base_start != "planned" or not set(names) < before:
+            return None
+        if any(current.get(n, 0) < 1 for n in names):
+            return None
+        return {n: int(current[n]) for n in names}
 
     def _sheds(self, planned: Mapping[str, int] | None) -> bool:
         """Whether ``planned`` runs the jobs on fewer workers in all than the even split
@@ -360,6 +380,7 @@ class ClosedLoop:
         else:
             chosen = best
         self.base_counts, self.base_rate = dict(chosen[1]), best[2]
+        self.base_start = chosen[0]
         if chosen[0] != "planned" and any(m[0] == "planned" for m in self.measured):
             # the plan's fewer workers measured worse: its sheds are not tried again
             self.rejected |= {(n, None) for n in self.jobs}

@@ -374,22 +374,29 @@ def test_asked_for_counts_are_measured_only_between_the_even_split_and_the_loops
     assert [name for name, _ in loop.starts] == ["even"]
 
 
+def shed_start(contention: bool) -> tuple[ClosedLoop, Truth, dict[str, int]]:
+    """Three jobs on 16 workers whose plan sheds the even split (1 each), run 40 s: on a
+    node whose loading peaks at 4 workers (``contention``) or one where every worker adds."""
+    names = ["a", "b", "c"]
+    shed = dict.fromkeys(names, 1)
+    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.0))
+    loop.target = dict(shed)
+    truth = Truth(loop, lambda n, d: PER_WORKER * d, names, planned=shed)
+    if contention:
+        truth.rate = contended(truth)
+    assert truth.sent == shed and [s for s, _ in loop.starts] == ["planned", "even"]
+    truth.run(40, remaining=dict.fromkeys(names, 1e9))
+    return loop, truth, shed
+
+
 def test_a_plan_that_sheds_the_even_split_is_the_first_start_and_the_better_is_kept():
     """The plan runs 1 worker each where the even split runs 6, 5, 5: the jobs start at the
     plan (no worker forked that the even split would add), then the even split is measured
     (every job has long to run) and the better of the two is the base: on a node whose
     loading peaks at 4 workers the plan, on one where every worker adds the even split, and
     then no shed toward the plan the node measured worse."""
-    names = ["a", "b", "c"]
-    shed = dict.fromkeys(names, 1)
     for contention, base in ((True, "planned"), (False, "even")):
-        loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.0))
-        loop.target = dict(shed)
-        truth = Truth(loop, lambda n, d: PER_WORKER * d, names, planned=shed)
-        if contention:
-            truth.rate = contended(truth)
-        assert truth.sent == shed and [s for s, _ in loop.starts] == ["planned", "even"]
-        truth.run(40, remaining=dict.fromkeys(names, 1e9))
+        loop, truth, shed = shed_start(contention)
         chosen = [e[2] for e in loop.events if e[1] == "loop_base"]
         assert chosen and chosen[0]["start"] == base, contention
         assert set(chosen[0]["rates"]) == {"planned", "even"}
@@ -413,6 +420,31 @@ def test_a_shed_plan_is_kept_unmeasured_against_even_where_a_job_ends_before_it_
     assert loop.phase != "start" and loop.base_counts == shed
     assert all(counts != {"a": 6, "b": 5, "c": 5} for _, counts in truth.history)
     assert not [e for e in loop.events if e[1] in ("loop_even", "loop_base")]
+
+
+def test_after_a_job_ends_a_kept_shed_stays_the_first_start_and_an_even_base_goes_even():
+    """A shedding plan kept as the base (the node measured it better than the even split):
+    when job c ends, a and b start where they stand, 1 each, not at the even split's 8
+    (forking the workers the node measured as no help), and the even split is measured after
+    it (their time left pays back; a move the loop kept since stays, too). Where the even
+    split was the base, a job ending frees
+    its workers and the others start at the even split, as before."""
+    for contention, first in ((True, "planned"), (False, "even")):
+        loop, truth, _ = shed_start(contention)
+        assert loop.base_start == first
+        current = {n: truth.sent[n] for n in ("a", "b")}
+        counts = loop.reset(truth.t, {"a": B, "b": B}, first="even", current=current)
+        if contention:
+            assert counts == current and sum(current.values()) <= 4
+            assert [s for s, _ in loop.starts] == ["planned", "even"]
+        else:
+            assert counts == {"a": 8, "b": 8} and [s for s, _ in loop.starts] == ["even"]
+    # an arrival is not a job leaving: the carried start, as before
+    loop = ClosedLoop(16)
+    loop.reset(0.0, {"a": B, "b": B})
+    loop.base_start = "planned"
+    loop.reset(1.0, {"a": B, "b": B, "c": B}, current={"a": 9, "b": 1})
+    assert [s for s, _ in loop.starts] == ["carried", "even"]
 
 
 def test_a_plan_that_gives_a_job_more_than_its_even_share_does_not_start_first():
