@@ -152,7 +152,7 @@ def summarise(trace, ids, views, events, alloc, iterations, start) -> dict:
 
 
 LOOP_EVENTS = ("loop_even", "loop_start", "loop_base", "loop_kept", "loop_reverted",
-               "loop_guard")
+               "loop_guard", "loop_untold")
 
 
 def _loop_events(events, by_id, start) -> list[dict]:

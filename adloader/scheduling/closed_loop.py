@@ -41,6 +41,16 @@ worker that waits on a full queue or on the trainer leaves its core idle), kept 
 node's measured rate rose by ``grow_gain`` at least, and never past ``grow_to`` × the node's
 workers in all.
 
+A trial must be one the node could tell from its noise and the judge could keep. A shed or
+a probe exists only to raise the node's rate: it is tried only where the model predicts a
+gain, relative to the node's measured rate, at least the *floor* — the median of how far
+apart the two halves of each window read since the job set changed (what the measurement
+alone varies by at fixed counts). A move toward the plan may be worth its place in the
+plan's order while the node's rate stays flat, so it needs no predicted gain, but a move
+the model predicts to lose more than ``tolerance`` (the judge would revert it) is not
+tried. A trial left untried is logged once (``loop_untold``); the predicted rate stands
+beside the measured one in each trial's log entry.
+
 A guard watches every window: a node measured below its base's rate by more than ``guard``
 for ``guard_windows`` windows in a row goes back to the base and holds it for ``hold_s``;
 the moves that led there are not tried again while the same jobs run.
@@ -60,6 +70,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 
@@ -105,6 +116,7 @@ class _Trial:
     before: float  # the node's measured rate before the move
     noise: float  # the relative spread of the windows before it
     since: float | None = None  # its window's start (None: not yet applied and settled)
+    predicted: float | None = None  # the model's gain for it, samples/s (None: no model)
 
 
 class ClosedLoop:
@@ -127,6 +139,8 @@ class ClosedLoop:
         self.base_start: str | None = None  # the start the base came from
         self.caps: dict[str, int | None] = {}
         self.rates: list[float] = []  # the steady windows' node rates, newest last
+        self.spreads: list[float] = []  # each window's halves apart, relative (``_floor``)
+        self.untold: set[tuple[str | None, str | None]] = set()  # trials under the floor
         self.window_from = 0.0
         self.low = 0  # windows in a row below the guard
         self.held_until = 0.0
@@ -174,7 +188,8 @@ class ClosedLoop:
         ``current``: the workers each job has now): the starts to measure, the first of them
         returned (``first``: ``requested`` or ``even``, where both are measured; the carried
         start first where there is one; ``planned``: the policy's plan for these jobs, the
-        first start where it sheds the even split, ``_sheds``)."""
+        first start where it sheds the even split, ``_sheds``; where a job left, the shed
+        it had kept, ``_stays``)."""
         before = set(self.jobs)
         self.jobs = {n: self.jobs.get(n) or _Job(b) for n, b in batch_sizes.items()}
         for job in self.jobs.values():
@@ -182,7 +197,7 @@ class ClosedLoop:
         self.caps = dict(caps or {})
         self.even_counts = self.even(list(batch_sizes), self.caps)
         if planned is None:
-            planned = self._kept_shed(list(batch_sizes), before, current or {})
+            planned = self._stays(list(batch_sizes), before, current or {})
         self.starts = [("even", dict(self.even_counts))]
         carried = self.carried(list(batch_sizes), before, current or {})
         asked = self._requested(list(batch_sizes), requested)
@@ -196,6 +211,7 @@ class ClosedLoop:
         self.measured, self.base_counts, self.base_rate = [], {}, None
         self.base_start = None
         self.phase, self.even_rate, self.rates, self.low = "start", None, [], 0
+        self.spreads, self.untold = [], set()
         self.trial, self.rejected, self.kept, self.held_until = None, set(), set(), 0.0
         self.stride = {}
         return dict(self.starts[0][1])
@@ -228,18 +244,21 @@ class ClosedLoop:
             out[n] = min(share[n], cap) if cap is not None else share[n]
         return {n: out[n] for n in sorted(names)}
 
-    def _kept_shed(self, names: Sequence[str], before: set[str],
-                   current: Mapping[str, int]) -> dict[str, int] | None:
-        """Where a job left and the base the loop had kept was a shedding plan (the node
-        measured fewer workers no worse than the even split, or a job ending soon left no
-        time to measure it): the workers the jobs left have now, a start that forks none;
-        None otherwise (a job arrived, or the base was the even split or the asked-for
-        counts)."""
-        if self.base_start != "planned" or not set(names) < before:
+    def _stays(self, names: Sequence[str], before: set[str],
+               current: Mapping[str, int]) -> dict[str, int] | None:
+        """Where a job left (its workers free now) and the base the loop had kept was a
+        shedding plan (the node measured fewer workers no worse than the even split, or a
+        job ending soon left no time to measure it), or the jobs still run at such a plan's
+        start, no window yet measured against it: the workers the jobs left have now, a
+        start that forks none (``_sheds``: the even split measured after it on the payback
+        rule); None otherwise (a job arrived: the carried start; or the base was the even
+        split or the asked-for counts)."""
+        if not set(names) < before or any(current.get(n, 0) < 1 for n in names):
             return None
-        if any(current.get(n, 0) < 1 for n in names):
-            return None
-        return {n: int(current[n]) for n in names}
+        if self.base_start == "planned" or (
+                self.base_start is None and self.starts[:1] and self.starts[0][0] == "planned"):
+            return {n: int(current[n]) for n in sorted(names)}
+        return None
 
     def _sheds(self, planned: Mapping[str, int] | None) -> bool:
         """Whether ``planned`` runs the jobs on fewer workers in all than the even split
@@ -345,6 +364,8 @@ class ClosedLoop:
         if now < self.window_from + self.window():
             return {}
         rate = self.node_rate(self.window_from, now)
+        if rate is not None:
+            self._spread(self.window_from, now, rate)
         self.window_from = now
         if rate is None:
             return {}
@@ -404,6 +425,8 @@ class ClosedLoop:
         if now < since + self.window():
             return None
         rate = self.node_rate(since, now)
+        if rate is not None:
+            self._spread(since, now, rate)
         if rate is None:
             if self.trial is not None and self.trial.since == since:
                 self.trial.since = now
@@ -441,6 +464,37 @@ class ClosedLoop:
             return s.window_s
         return min(max(s.window_s, s.batches / slowest), max(s.longest_s, s.window_s))
 
+    def _spread(self, since: float, until: float, rate: float) -> None:
+        """How far apart the node's rate reads over the two halves of a window (relative to
+        the whole window's): what the node's measurement alone varies by, at fixed counts."""
+        mid = (since + until) / 2
+        first, second = self.node_rate(since, mid), self.node_rate(mid, until)
+        if first is not None and second is not None and rate > 0:
+            self.spreads = (self.spreads + [abs(first - second) / rate])[-8:]
+
+    def _floor(self) -> float:
+        """The gain a trial must be predicted to make to be told from noise: the median of
+        the windows' half-to-half spreads measured since the job set changed (0 before any)."""
+        return statistics.median(self.spreads) if self.spreads else 0.0
+
+    def _told(self, gain: float | None) -> bool:
+        """Whether a trial the model predicts to add ``gain`` samples/s (None: no model)
+        could be told from the node's noise by its window: the gain, relative to the node's
+        measured rate, at least the floor. A trial below it, judged on noise, would be kept
+        or reverted by chance and pay its cold start either way."""
+        if gain is None or not self.rates:
+            return True
+        return gain / max(self.rates[-1], 1e-9) >= self._floor()
+
+    def _untold(self, pair: tuple[str | None, str | None], gain: float) -> None:
+        """A trial left untried under the floor: logged once while the same jobs run."""
+        if pair not in self.untold:
+            self.untold.add(pair)
+            self.events.append((None, "loop_untold", {
+                "from": pair[0], "to": pair[1],
+                "gain": round(gain / max(self.rates[-1], 1e-9), 3),
+                "floor": round(self._floor(), 3)}))
+
     def _guard(self, now: float, rate: float, current: Mapping[str, int]) -> bool:
         s = self.settings
         if self.base_rate is None or dict(current) == self.base_counts:
@@ -477,7 +531,13 @@ class ClosedLoop:
         k = min(self.stride.get((donor, receiver), s.step),
                 current[donor] - max(self.target.get(donor, 1), 1),
                 self.target[receiver] - current[receiver])
-        self.trial = _Trial(donor, receiver, k, self.rates[-1], self._noise())
+        gain = None if self.predict is None else k * self._worth((donor, receiver), current)
+        if gain is not None and self.rates \
+                and gain < -s.tolerance * self.rates[-1]:  # the judge would revert it
+            self._untold((donor, receiver), gain)
+            self.rejected.add((donor, receiver))
+            return self._move(now, current, remaining)
+        self.trial = _Trial(donor, receiver, k, self.rates[-1], self._noise(), predicted=gain)
         self.phase = "trial"
         return {donor: current[donor] - k, receiver: current[receiver] + k}
 
@@ -494,7 +554,12 @@ class ClosedLoop:
             return {}
         donor = max(over, key=lambda n: (current[n] - max(self.target.get(n, 1), 1), n))
         k = min(self.settings.step, current[donor] - max(self.target.get(donor, 1), 1))
-        self.trial = _Trial(donor, None, k, self.rates[-1], self._noise())
+        gain = None if self.predict is None else \
+            self.predict(donor, current[donor] - k) - self.predict(donor, current[donor])
+        if not self._told(gain):  # the plan's hypothesis, that they add nothing: no gain
+            self._untold((donor, None), gain)
+            return {}
+        self.trial = _Trial(donor, None, k, self.rates[-1], self._noise(), predicted=gain)
         self.phase = "trial"
         return {donor: current[donor] - k}
 
@@ -529,7 +594,12 @@ class ClosedLoop:
         cap = self.caps.get(receiver)
         if cap is not None:
             k = min(k, cap - current[receiver])
-        self.trial = _Trial(None, receiver, k, self.rates[-1], self._noise())
+        gain = None if self.predict is None else self.predict(
+            receiver, current[receiver] + k) - self.predict(receiver, current[receiver])
+        if not self._told(gain):
+            self._untold((None, receiver), gain)
+            return {}
+        self.trial = _Trial(None, receiver, k, self.rates[-1], self._noise(), predicted=gain)
         self.phase = "trial"
         return {receiver: current[receiver] + k}
 
@@ -586,6 +656,8 @@ class ClosedLoop:
         data = {"from": trial.donor, "to": trial.receiver, "workers": trial.workers,
                 "before": round(trial.before, 1), "after": round(rate, 1),
                 "tolerance": round(tolerance, 3)}
+        if trial.predicted is not None:  # what the model said the node would read
+            data["predicted"] = round(trial.before + trial.predicted, 1)
         self.trial, self.phase = None, "steady"
         if kept:
             self.kept.add((trial.donor, trial.receiver))

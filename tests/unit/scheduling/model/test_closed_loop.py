@@ -8,6 +8,7 @@ second after it was sent (its new workers' cold start). Time is the truth's own 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from adloader.daemon.control.live import LiveJob
@@ -430,7 +431,7 @@ def test_after_a_job_ends_a_kept_shed_stays_the_first_start_and_an_even_base_goe
     split was the base, a job ending frees
     its workers and the others start at the even split, as before."""
     for contention, first in ((True, "planned"), (False, "even")):
-        loop, truth, _ = shed_start(contention)
+        loop, truth, shed = shed_start(contention)
         assert loop.base_start == first
         current = {n: truth.sent[n] for n in ("a", "b")}
         counts = loop.reset(truth.t, {"a": B, "b": B}, first="even", current=current)
@@ -439,6 +440,11 @@ def test_after_a_job_ends_a_kept_shed_stays_the_first_start_and_an_even_base_goe
             assert [s for s, _ in loop.starts] == ["planned", "even"]
         else:
             assert counts == {"a": 8, "b": 8} and [s for s, _ in loop.starts] == ["even"]
+    # a job ends while the jobs still run at the plan's start, unmeasured: they stay there
+    loop = ClosedLoop(16)
+    loop.reset(0.0, {"a": B, "b": B, "c": B}, planned=shed)
+    assert loop.reset(1.0, {"a": B, "b": B}, first="even",
+                      current={"a": 1, "b": 1}) == {"a": 1, "b": 1}
     # an arrival is not a job leaving: the carried start, as before
     loop = ClosedLoop(16)
     loop.reset(0.0, {"a": B, "b": B})
@@ -486,6 +492,53 @@ def test_a_probe_the_node_does_not_pay_for_goes_back_and_the_node_never_exceeds_
     assert all(r["from"] is None for r in reverted)
     assert truth.sent == {"a": 6, "b": 5, "c": 5}
     assert max(sum(c.values()) for _, c in truth.history) <= 20
+
+
+def jitter(rate, spread: float):
+    """``rate`` read through a node whose measurements swing ±``spread`` (a fixed
+    pseudo-random sequence, one draw a heartbeat)."""
+    draws = iter(np.random.default_rng(7).uniform(-spread, spread, 100_000))
+    return lambda n, d: rate(n, d) * (1 + next(draws))
+
+
+def test_a_probe_the_model_gives_less_than_the_nodes_noise_is_not_tried():
+    """As in the probe test above, a is below its ceiling, but the node's windows read ±15 %
+    apart and the model gives a's two more workers nothing (its loading table flat past
+    6): the probe could only be judged on noise, so it is not tried — no worker is forked,
+    and the log says why. Where the model gives them their worth (a grows to 7), the same
+    node tries it."""
+    for flat, tried in ((True, False), (False, True)):
+        loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
+        loop.target = {"a": 6, "b": 5, "c": 5}
+        loop.ceiling = {"a": 7 * PER_WORKER, "b": 5 * PER_WORKER, "c": 5 * PER_WORKER}
+        loop.predict = lambda n, d, flat=flat, top=dict(loop.ceiling): PER_WORKER * min(
+            d, 6 if flat and n == "a" else top[n] / PER_WORKER)
+        truth = Truth(loop, jitter(lambda n, d: PER_WORKER * min(d, 7 if n == "a" else 5),
+                                   0.15), ["a", "b", "c"])
+        truth.run(60)
+        assert loop._floor() > 0.02
+        probes = [c for _, c in truth.history if sum(c.values()) > 16]
+        assert bool(probes) == tried, flat
+        untold = [e[2] for e in loop.events if e[1] == "loop_untold" and e[2]["to"] == "a"]
+        if not tried:
+            assert untold and untold[0]["gain"] < untold[0]["floor"]
+
+
+def test_a_move_the_model_predicts_the_judge_would_revert_is_not_tried():
+    """The plan gives a 10 workers, but the model (its ceilings) says a absorbs no more than
+    6 and b and c lose 400 samples/s a worker: each move toward the plan is predicted to
+    lose more than the judge's tolerance, so none is sent; the jobs keep the even split.
+    With a model that gives a its workers' worth, the same plan's first move is tried."""
+    for absorbs, moved in ((6, False), (16, True)):
+        loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, grow_to=1.0))
+        loop.target = {"a": 10, "b": 3, "c": 3}
+        loop.predict = lambda n, d, top=absorbs: PER_WORKER * min(d, top if n == "a" else d)
+        truth = Truth(loop, lambda n, d: PER_WORKER * min(d, 6 if n == "a" else d),
+                      ["a", "b", "c"])
+        truth.run(30)
+        sent = [c for _, c in truth.history[1:]]
+        assert bool(sent) == moved, absorbs
+        assert bool([e for e in loop.events if e[1] == "loop_untold"]) != moved
 
 
 def test_where_the_plan_runs_fewer_workers_the_loop_sheds_them_while_the_node_holds():
