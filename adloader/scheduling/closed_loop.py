@@ -16,16 +16,16 @@ hoard, and it forks no worker the even split would; the even split is measured a
 only where every job's time left pays back a trial (``payback``), else the plan is the
 base; where the even split measures better, no shed toward the plan is tried while the same
 jobs run. Where such a plan was the base and a job ends, the others start where they stand
-(the node measured fewer workers no worse; the even split would fork workers for them),
-the even split measured after it on the same payback rule. Once every job has trained its
-first batch and the new workers have delivered theirs, one window measures the node's rate
-(Σ of the jobs' measured samples/s) under each start in turn; the better one is the *base*
-(the carried start where it measured within ``tolerance`` of the best, which the guard
-still measures against). From then on the loop
-walks toward the policy's plan in moves from one job to another, the pair the model ranks
-best (the donor whose predicted rate falls least, the receiver whose rises most): ``step``
-workers first, and each kept move along a pair is followed at once by one twice as large
-along it (the kept trial's window measured where the node stands). Each move is a trial:
+(the node measured fewer workers no worse; the even split would fork workers for them), the
+even split measured after it on the same payback rule. Once every job has trained its first
+batch and the new workers have delivered theirs, one window measures the node's rate (Σ of
+the jobs' measured samples/s) under each start in turn; the better one is the *base* (the
+carried start where it measured within ``tolerance`` of the best, which the guard still
+measures against). From then on the loop walks toward the policy's plan in moves from one
+job to another, the pair the model ranks best (the donor whose predicted rate falls least,
+the receiver whose rises most): ``step`` workers first, and each kept move along a pair is
+followed at once by one twice as large along it (the kept trial's window measured where the
+node stands). Each move is a trial:
 the jobs apply it, the new workers deliver their first batches, a window measures the node
 again, and the move stays only if the measured rate did not fall by more than the windows'
 noise (``tolerance`` at least). A move that failed goes back at once and that pair is not

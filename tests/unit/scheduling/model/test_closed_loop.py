@@ -428,8 +428,8 @@ def test_after_a_job_ends_a_kept_shed_stays_the_first_start_and_an_even_base_goe
     when job c ends, a and b start where they stand, 1 each, not at the even split's 8
     (forking the workers the node measured as no help), and the even split is measured after
     it (their time left pays back; a move the loop kept since stays, too). Where the even
-    split was the base, a job ending frees
-    its workers and the others start at the even split, as before."""
+    split was the base, a job ending frees its workers and the others start at the even
+    split, as before."""
     for contention, first in ((True, "planned"), (False, "even")):
         loop, truth, shed = shed_start(contention)
         assert loop.base_start == first
