@@ -256,7 +256,7 @@ class ClosedLoop:
         if not set(names) < before or any(current.get(n, 0) < 1 for n in names):
             return None
         if self.base_start == "planned" or (
-                self.base_start is None and self.starts[:1] and self.starts[0][0] == "planned"):
+                self.base_start is None and self.starts and self.starts[0][0] == "planned"):
             return {n: int(current[n]) for n in sorted(names)}
         return None
 
@@ -363,12 +363,11 @@ class ClosedLoop:
         # steady: a window, the guard, then perhaps a move
         if now < self.window_from + self.window():
             return {}
-        rate = self.node_rate(self.window_from, now)
-        if rate is not None:
-            self._spread(self.window_from, now, rate)
-        self.window_from = now
+        since, self.window_from = self.window_from, now
+        rate = self.node_rate(since, now)
         if rate is None:
             return {}
+        self._spread(since, now, rate)
         self.rates = (self.rates + [rate])[-3:]
         if self._guard(now, rate, current):
             return self._back_to_even(now, current)
@@ -554,8 +553,7 @@ class ClosedLoop:
             return {}
         donor = max(over, key=lambda n: (current[n] - max(self.target.get(n, 1), 1), n))
         k = min(self.settings.step, current[donor] - max(self.target.get(donor, 1), 1))
-        gain = None if self.predict is None else \
-            self.predict(donor, current[donor] - k) - self.predict(donor, current[donor])
+        gain = self._gain(donor, current[donor], current[donor] - k)
         if not self._told(gain):  # the plan's hypothesis, that they add nothing: no gain
             self._untold((donor, None), gain)
             return {}
@@ -594,8 +592,7 @@ class ClosedLoop:
         cap = self.caps.get(receiver)
         if cap is not None:
             k = min(k, cap - current[receiver])
-        gain = None if self.predict is None else self.predict(
-            receiver, current[receiver] + k) - self.predict(receiver, current[receiver])
+        gain = self._gain(receiver, current[receiver], current[receiver] + k)
         if not self._told(gain):
             self._untold((None, receiver), gain)
             return {}
@@ -603,14 +600,18 @@ class ClosedLoop:
         self.phase = "trial"
         return {receiver: current[receiver] + k}
 
+    def _gain(self, name: str, workers: int, to: int) -> float | None:
+        """The model's predicted change of job ``name``'s rate from ``workers`` workers to
+        ``to`` (None without a model)."""
+        return None if self.predict is None else self.predict(name, to) - self.predict(
+            name, workers)
+
     def _worth(self, pair: tuple[str, str], current: Mapping[str, int]) -> float:
         """The model's predicted gain of moving one worker along ``pair`` (0 without one)."""
         if self.predict is None:
             return 0.0
         d, r = pair
-        loss = self.predict(d, current[d]) - self.predict(d, current[d] - 1)
-        gain = self.predict(r, current[r] + 1) - self.predict(r, current[r])
-        return gain - loss
+        return self._gain(r, current[r], current[r] + 1) + self._gain(d, current[d], current[d] - 1)
 
     def _time_left(self, name: str, remaining: Mapping[str, float] | None) -> float | None:
         """Job ``name``'s measured time left, s (None: not known)."""
