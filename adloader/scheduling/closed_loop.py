@@ -91,6 +91,7 @@ class LoopSettings:
     payback: float = 2.0  # a receiver needs this many trials' time left
     grow_to: float = 1.5  # capacity probes up to this × the node's workers in all (0: none)
     grow_gain: float = 0.01  # a probe's workers stay if the node's rate rose this much
+    floor_windows: int = 3  # a shed or probe waits until the floor is read on this many
 
     def for_heartbeat(self, heartbeat_s: float) -> LoopSettings:
         """These settings with windows long enough for ``heartbeat_s`` (4 beats a window)."""
@@ -485,6 +486,12 @@ class ClosedLoop:
             return True
         return gain / max(self.rates[-1], 1e-9) >= self._floor()
 
+    def _known(self) -> bool:
+        """Whether the floor is read on enough windows (``floor_windows``) to gate a trial
+        on: before, a shed or a probe waits (one or two windows' spreads, read over a start,
+        can put the floor anywhere)."""
+        return self.predict is None or len(self.spreads) >= self.settings.floor_windows
+
     def _untold(self, pair: tuple[str | None, str | None], gain: float) -> None:
         """A trial left untried under the floor: logged once while the same jobs run."""
         if pair not in self.untold:
@@ -549,7 +556,7 @@ class ClosedLoop:
                 current.get(n, 0) for n in self.jobs):
             return {}
         over = [n for n in donors if (n, None) not in self.rejected]
-        if not over:
+        if not over or not self._known():
             return {}
         donor = max(over, key=lambda n: (current[n] - max(self.target.get(n, 1), 1), n))
         k = min(self.settings.step, current[donor] - max(self.target.get(donor, 1), 1))
@@ -562,10 +569,13 @@ class ClosedLoop:
         return {donor: current[donor] - k}
 
     def _noise(self) -> float:
-        """The relative spread of the steady windows' rates."""
+        """The relative spread of the steady windows' rates, at most the floor: one window
+        read far off (a job's phase, a start-up) does not widen the judge past what the
+        node's measurement varies by at fixed counts."""
         before = self.rates[-1]
-        return (max(self.rates) - min(self.rates)) / max(before, 1e-9) \
+        spread = (max(self.rates) - min(self.rates)) / max(before, 1e-9) \
             if len(self.rates) > 1 else 0.0
+        return min(spread, self._floor()) if self.spreads else spread
 
     def _grow(self, now: float, current: Mapping[str, int],
               remaining: Mapping[str, float] | None) -> dict[str, int]:
@@ -573,7 +583,7 @@ class ClosedLoop:
         (measured rate against the model's), none taken from another."""
         s = self.settings
         room = self.most() - sum(current.get(n, 0) for n in self.jobs)
-        if room <= 0:
+        if room <= 0 or not self._known():
             return {}
         ratios = {}
         for n in self.jobs:

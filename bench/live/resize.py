@@ -7,7 +7,8 @@ before ``__next__`` (the worst place: no step left to hide a pool's start behind
 resize = time in ``resize()`` + the wait of the next batch − the median wait of an uninterrupted
 run with the new worker count; the "interval" stall sums those excess waits over every batch up
 to the next resize (with "drain" the old pool still serves a few batches and the new pool's
-first one comes later). "restart" and "serial" handovers run fewer resizes, for comparison.
+first one comes later; "inplace", the default, grows or shrinks the running pool, and drains
+to and from no workers). "drain", "restart" and "serial" run fewer resizes, for comparison.
 (b) Per-batch time of ElasticDataLoader vs ``torch.utils.data.DataLoader``, same workers and
 order, runs alternating, median of several; on the JPEG dataset and on a tiny in-memory one
 where the loader's own per-batch cost shows.
@@ -213,9 +214,9 @@ def run_resize_bench(
             base[n] = _baseline(jpeg, base_batches * batch_size, n, batch_size, step_s, seed)
             if progress:
                 progress("baseline", len(base), len(set(pattern)))
-        runs = [_resize_run(jpeg, "drain", resizes, every, pattern, batch_size, step_s, seed,
+        runs = [_resize_run(jpeg, "inplace", resizes, every, pattern, batch_size, step_s, seed,
                             base, progress)]
-        for handover in ("restart", "serial"):
+        for handover in ("drain", "restart", "serial"):
             runs.append(_resize_run(jpeg, handover, compare_resizes, every, pattern, batch_size,
                                     step_s, seed, base, progress))
         overhead = []

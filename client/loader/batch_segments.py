@@ -36,6 +36,7 @@ MIN_BYTES = 1 << 20  # smaller tensors are cheap to make fresh
 RING_BYTES = 256 << 20  # a worker keeps at most this much: past it, fresh segments as torch
 ALIGN = 64
 TAIL = 4  # int64s past the batch's bytes: MAGIC, token, worker, slot
+ROWS, GROW = 64, 4  # a pool's flags: for this many workers' ids at least, or GROW × its own
 
 
 def _body(nbytes: int) -> int:
@@ -64,8 +65,10 @@ class SegmentCollate:
     @classmethod
     def for_pool(cls, workers: int, prefetch_factor: int | None) -> SegmentCollate:
         """Enough segments a worker for its batches in flight, the one the loop holds and
-        the one before it, which the loop still holds while it asks for the next."""
-        return cls(workers, (prefetch_factor or 2) + 3)
+        the one before it, which the loop still holds while it asks for the next; flags for
+        ``GROW`` × ``workers`` workers (at least ``ROWS``): the ones a pool resized in place
+        forks later (each a new id) reuse theirs too."""
+        return cls(max(ROWS, GROW * workers), (prefetch_factor or 2) + 3)
 
     # -- in a worker ------------------------------------------------------------------------
     def __call__(self, batch):

@@ -1,10 +1,12 @@
 """One iteration over an ``ElasticDataLoader``: the epoch's batches, read by a chain of pools.
 
 The order of the epoch is planned once as a list of batches; each worker pool reads a
-``BatchWindow`` of it. ``resize(n)`` ("drain") cuts the running pool's window L batches past
-where it has sent (L = ⌈pool startup / batch interval⌉, learnt as it runs), starts a pool of n
-workers there and lets the old one deliver up to the cut: nothing is lost, repeated or
-reordered, and the new workers start while the old ones still feed the trainer.
+``BatchWindow`` of it. ``resize(n)`` ("inplace", the default) grows or shrinks the running
+pool (``PoolIter.resize``: a worker forked or retired, the others loading on); from or to no
+workers, and for a pool kept across epochs, it does what "drain" does: cut the running pool's
+window L batches past where it has sent (L = ⌈pool startup / batch interval⌉, learnt as it
+runs), start a pool of n workers there and let the old one deliver up to the cut. Either
+way nothing is lost, repeated or reordered, and the trainer is fed while new workers start.
 
 As torch's iterator does, a sample's exception is raised for its batch and the next call goes
 on with the next batch. Unlike torch (pytorch#97622), a worker that dies is replaced: the
@@ -32,7 +34,7 @@ from adloader.client.loader.elastic_sampler import (
     shutdown,
     shutdown_later,
 )
-from adloader.client.loader.pool_iter import WorkerDied
+from adloader.client.loader.pool_iter import PoolIter, WorkerDied
 
 if TYPE_CHECKING:
     from adloader.client.loader.loader import ElasticDataLoader
@@ -149,7 +151,10 @@ class EpochIterator:
         if not pools:
             if self.consumed < len(batches):
                 pools.append(self._start_pool(BatchWindow(batches, self.consumed)))
-        elif loader.handover == "drain":
+        elif loader.handover == "inplace" and self._in_place(pools[-1]):
+            pools[-1].iterator.resize(loader._target)  # the running pool, grown or shrunk
+            pools[-1].workers = loader._target
+        elif loader.handover in ("drain", "inplace"):
             ahead = loader._ahead.batches() if loader._target else 0  # 0 workers: no startup
             start = pools[-1].wait().window.cut(ahead)
             if start < len(batches):
@@ -165,6 +170,14 @@ class EpochIterator:
             while pools:
                 shutdown(pools.popleft())
             pools.append(self._start_pool(BatchWindow(batches, self.consumed)))
+
+    def _in_place(self, pool: WindowPool) -> bool:
+        """Whether ``pool`` can change its workers as it runs: a started pool of workers (to
+        or from none, a pool is started or stopped), not kept across epochs (torch's
+        persistent pool resumes each epoch by worker id)."""
+        loader = self._loader
+        return (pool.workers > 0 and loader._target > 0 and not loader.persistent_workers
+                and isinstance(pool.wait().iterator, PoolIter))
 
     def _start_pool(self, window: BatchWindow, workers: int | None = None) -> WindowPool:
         self.started += 1

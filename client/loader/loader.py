@@ -46,7 +46,7 @@ from adloader.limits import MAX_WORKERS
 
 __all__ = ["BatchStats", "ElasticDataLoader"]
 
-HANDOVERS = ("drain", "restart", "serial")
+HANDOVERS = ("inplace", "drain", "restart", "serial")
 STATE_FIELDS = ("dataset_size", "batch_size", "world_size", "rank", "shuffle", "drop_last")
 T_co = TypeVar("T_co", covariant=True)
 
@@ -65,8 +65,10 @@ class ElasticDataLoader(DataLoaderContract[T_co]):
     function of (seed, epoch), as across ranks it must be; without it the shuffle is torch's.
     ``on_batch`` (None or a callable taking ``BatchStats``) runs in the consumer's thread before
     each batch is returned and may call ``resize``/``release`` or block. ``handover`` picks how a
-    resize treats the old pool: "drain" (default), "restart" (new pool at the consumer's
-    position, old torn down in the background; prefetched batches re-read), "serial".
+    resize treats the running pool: "inplace" (default: workers forked into it or retired
+    from it, the others loading on), "drain" (a new pool of n workers, the old one delivering
+    what it read ahead), "restart" (new pool at the consumer's position, old torn down in the
+    background; prefetched batches re-read), "serial".
     With ``threads`` > 0 the workers see the dataset wrapped in a ``ThreadedDataset``.
     ``epoch_order`` (with ``seed``): epoch e reads epoch ``epoch_order[e]``'s shuffle (SOLAR).
     """
@@ -78,7 +80,7 @@ class ElasticDataLoader(DataLoaderContract[T_co]):
         multiprocessing_context=None, generator=None, *, prefetch_factor: int | None = None,
         persistent_workers: bool = False, pin_memory_device: str = "", in_order: bool = True,
         seed: int | None = None, rank: int | None = None, world_size: int | None = None,
-        threads: int = 0, handover: str = "drain", epoch_order=None,
+        threads: int = 0, handover: str = "inplace", epoch_order=None,
     ) -> None:
         self._target = self._check_workers(num_workers)
         self._iterable = isinstance(dataset, IterableDataset)

@@ -205,8 +205,8 @@ class JobMaster:
 
     def resize_cpu_s(self) -> float:
         """Of ``cpu_s``, what the loader spent applying the daemon's resizes in this thread:
-        starting the new worker pool (torch forks each worker: ~8 ms of the trainer's CPU
-        a worker here) and stopping the old one."""
+        forking the workers added (~8 ms of the trainer's CPU a worker here) or retiring
+        some; to or from no workers, starting a pool and stopping the old one."""
         return self._resize_cpu_s
 
     def gc_s(self) -> float:

@@ -72,7 +72,7 @@ def test_resize_bench_quick_loses_nothing():
     from adloader.bench.live.resize import run_resize_bench
 
     result = run_resize_bench(quick=True)
-    assert {r["handover"] for r in result["resize"]} == {"drain", "restart", "serial"}
+    assert {r["handover"] for r in result["resize"]} == {"inplace", "drain", "restart", "serial"}
     for run in result["resize"]:
         assert run["in_order"] and run["lost"] == run["repeated"] == 0
         assert run["resizes"] >= 4 and run["batches"] == (run["resizes"] + 1) * 3

@@ -78,7 +78,7 @@ def test_given_sampler_and_batch_sampler_and_unbatched():
     assert [int(x) for x, _ in single] == order
 
 
-@pytest.mark.parametrize("handover", ["drain", "restart", "serial"])
+@pytest.mark.parametrize("handover", ["inplace", "drain", "restart", "serial"])
 def test_resize_many_times_keeps_the_order(handover):
     ds = Numbers(96)
     ours = loader(ds, shuffle=True, seed=3, num_workers=1, handover=handover)
@@ -102,7 +102,7 @@ class WhoLoads(Dataset):
         return torch.tensor([i]), torch.tensor([os.getpid()])
 
 
-@pytest.mark.parametrize("handover", ["drain", "restart", "serial"])
+@pytest.mark.parametrize("handover", ["inplace", "drain", "restart", "serial"])
 def test_resize_hands_the_batches_to_the_new_pool(handover):
     ours = loader(WhoLoads(), num_workers=2, handover=handover)
     it, main = iter(ours), os.getpid()
@@ -116,14 +116,46 @@ def test_resize_hands_the_batches_to_the_new_pool(handover):
     ours.resize(0)
     got, after = take(8)
     seen += got
-    old = 0 if handover != "drain" else next(k for k, p in enumerate(after) if p == main)
+    old = 0 if handover not in ("drain", "inplace") else next(
+        k for k, p in enumerate(after) if p == main)  # to no workers, "inplace" drains
     assert old <= 4 and set(after[:old]) <= set(before) and set(after[old:]) == {main}
     ours.resize(1)  # "drain" loads a few more batches here while the new worker starts
     got, last = take(0)
     seen += got
     ahead = next(k for k, p in enumerate(last) if p != main)
-    assert ahead == 0 or handover == "drain"
+    assert ahead == 0 or handover in ("drain", "inplace")
     assert len(set(last[ahead:])) == 1 and not set(last[ahead:]) & {main, *before}
+    assert seen == list(range(400))
+
+
+def test_an_in_place_resize_keeps_the_running_workers_and_takes_a_retired_one_back():
+    """2 → 3 workers: both keep loading and one process is forked; 3 → 1: the two retired
+    deliver what they had, then only one process loads; 1 → 2: a retired (parked) worker
+    loads again, no process forked. Every batch once, in order; the processes that ran
+    are the pool's four at most... three."""
+    ours = loader(WhoLoads(), num_workers=2)
+    it = iter(ours)
+
+    def take(k: int) -> tuple[list[int], list[int]]:
+        got = [next(it) for _ in range(k)] if k else list(it)
+        return indices(got), [int(pid.flatten()[0]) for _, pid in got]
+
+    seen, first = take(6)
+    two = set(first)
+    assert len(two) == 2
+    ours.resize(3)
+    got, grown = take(12)
+    seen += got
+    assert two < set(grown) and len(set(grown)) == 3  # the two went on; one forked
+    ours.resize(1)
+    got, shrunk = take(12)
+    seen += got
+    one = set(shrunk[-6:])
+    assert len(one) == 1 and one < set(grown)  # the retired delivered theirs, then one
+    ours.resize(2)
+    got, back = take(0)
+    seen += got
+    assert set(back[-6:]) <= set(grown) and len(set(back[-6:])) == 2  # a parked one, back
     assert seen == list(range(400))
 
 

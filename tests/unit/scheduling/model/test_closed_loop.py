@@ -524,6 +524,54 @@ def test_a_probe_the_model_gives_less_than_the_nodes_noise_is_not_tried():
             assert untold and untold[0]["gain"] < untold[0]["floor"]
 
 
+def test_a_probe_waits_until_the_floor_is_read_on_three_windows():
+    """As in the probe test above (a below its ceiling, the model gives its workers their
+    worth): the probe is sent only once three windows have read the node's floor — the
+    start's one window could put it anywhere. With ``floor_windows=1`` the same node sends
+    it at once."""
+    for windows in (3, 1):
+        loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, floor_windows=windows))
+        loop.target = {"a": 6, "b": 5, "c": 5}
+        loop.ceiling = {"a": 7 * PER_WORKER, "b": 5 * PER_WORKER, "c": 5 * PER_WORKER}
+        loop.predict = lambda n, d, top=dict(loop.ceiling): PER_WORKER * min(
+            d, top[n] / PER_WORKER)
+        truth = Truth(loop, lambda n, d: PER_WORKER * min(d, 7 if n == "a" else 5),
+                      ["a", "b", "c"])
+        read = None  # the windows read when the probe was sent
+        while read is None and truth.t < 60:
+            truth.run(truth.dt)
+            if sum(truth.sent.values()) > 16:
+                read = len(loop.spreads)
+        assert read is not None, windows
+        assert (read >= 3) == (windows == 3), (windows, read)
+
+
+def test_one_window_read_far_off_does_not_widen_the_judge():
+    """The first move toward the plan loses 2 of b's workers' worth (a absorbs no more than
+    5) and goes back; the window after it reads 40 % low (a job's phase: an evaluation,
+    say), the next as before. The next move (after the dwell) loses as much: the windows'
+    rates now span 40 %, but the node's floor (each window's halves) is ~0, so the judge's
+    tolerance stays at 3 % and the move goes back too, not kept on a 40 % allowance."""
+    loop = ClosedLoop(15, LoopSettings(window_s=2.0, dwell_s=5.0, grow_to=1.0))
+    loop.target = {"a": 9, "b": 3, "c": 3}
+    truth = Truth(loop, None, ["a", "b", "c"])
+    dip = {}  # the steady windows read when the first move went back: low until the next
+
+    def rate(n, d):
+        if sum(e[1] == "loop_reverted" for e in loop.events) == 1 and loop.phase == "steady":
+            dip.setdefault("windows", len(loop.rates))
+        low = dip.get("windows") == len(loop.rates)
+        return (0.6 if low else 1.0) * PER_WORKER * (min(d, 5) if n == "a" else d)
+
+    truth.rate = rate
+    truth.run(60)
+    judged = [e for e in loop.events if e[1] in ("loop_kept", "loop_reverted")]
+    assert len(judged) >= 2 and judged[1][2]["to"] == "a"
+    assert judged[1][2]["after"] < 0.9 * judged[1][2]["before"]  # the move lost
+    assert not [e for e in loop.events if e[1] == "loop_kept"]
+    assert judged[1][2]["tolerance"] < 0.1
+
+
 def test_a_move_the_model_predicts_the_judge_would_revert_is_not_tried():
     """The plan gives a 10 workers, but the model (its ceilings) says a absorbs no more than
     6 and b and c lose 400 samples/s a worker: each move toward the plan is predicted to
