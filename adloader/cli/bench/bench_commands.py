@@ -33,9 +33,11 @@ from .bench_live import (
     api_flags,
     bench_api,
     bench_live,
+    bench_resize_cost,
     bench_startup,
     bench_tuner,
     live_flags,
+    resize_cost_flags,
 )
 from .bench_multinode import bench_multinode
 from .bench_soak import bench_soak, soak_flags
@@ -182,6 +184,9 @@ BENCHMARKS: dict[str, Bench] = {
         JSON)),
     "live": Bench(bench_live, "the static mix as real jobs under real daemons",
                   (QUICK, live_flags, JSON_PLOT)),
+    "resize-cost": Bench(bench_resize_cost, "what a resize costs the node and a window's "
+                                            "noise, read from live.json files of bench live",
+                         (resize_cost_flags, JSON)),
     "tuner": Bench(bench_tuner, "the competent per-job tuner alone, live, against each job's "
                                 "best fixed num_workers in hindsight",
                    (QUICK, _rounds("rounds (default 2)"),

@@ -255,3 +255,47 @@ def bench_tuner(args) -> int:
           f"{j['ratio']:.3f}", "yes" if j["met"] else "no"] for j in result["jobs"]]))
     _output.save(args.json, result)
     return 0
+
+
+def resize_cost_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("live", nargs="*", metavar="LIVE.json",
+                   help="live.json files of `adloader bench live --report` (their runs pooled)")
+
+
+def bench_resize_cost(args) -> int:
+    """What a resize costs the node and how far a window's halves read apart, from the
+    progress marks of written live runs (``adloader.bench.live.resize_cost``)."""
+    import json
+    from pathlib import Path
+
+    from adloader.bench.live.resize_cost import resize_cost
+
+    if not args.live:
+        raise InputError("bench resize-cost: name the live.json files to read "
+                         "(`adloader bench live --report DIR` writes DIR/live.json)")
+    lives = []
+    for path in args.live:
+        try:
+            live = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8 or not JSON
+            raise InputError(f"{path}: not a readable JSON file: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
+        if not isinstance(live, dict) or not isinstance(live.get("runs"), list):
+            raise InputError(f"{path}: not a live.json of `adloader bench live` (no runs)")
+        lives.append(live)
+    result = resize_cost(lives)
+    console = _output.console()
+    after = result["after_resize"]
+    seconds = [f"+{s} s" for s in result["seconds_after"]]
+    console.print(_output.table(
+        f"after a resize under the daemon: samples/s in each second against the "
+        f"{result['before_s']:g} s before (medians over the resizes alone)",
+        ["jobs", "resizes", *seconds],
+        [[who, row["resizes"], *[f"{x:.2f}" for x in row["after"]]]
+         for who, row in after.items()]))
+    console.print(_output.table(
+        f"a {result['window_s']:g} s window's two halves, apart (relative to the window)",
+        ["setting", "windows", "median"],
+        [[k, v["windows"], f"{v['median']:.3f}"] for k, v in result["window_spread"].items()]))
+    _output.save(args.json, result)
+    return 0

@@ -30,6 +30,7 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "tuner": {"--quick", "--rounds", "--iterations-scale", "--json"},
     "soak": {"--quick", "--jobs", "--json"},
     "resize": {"--quick", "--json"},
+    "resize-cost": {"--json"},
     "cache": {"--quick", "--ranks-per-node", "--json"},
     "epoch-order": {"--quick", "--json"},
     "chunks": {"--quick", "--json"},
