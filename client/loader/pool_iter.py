@@ -85,11 +85,6 @@ class PoolIter(_MultiProcessingDataLoaderIter, _SeededIter):
         self._stopped: set[int] = set()  # parked too long: ended by us, not dead
 
     # -- the pool's size, in place --------------------------------------------------------
-    @property
-    def workers(self) -> int:
-        """The workers handed new batches."""
-        return self._num_workers
-
     def resize(self, n: int) -> None:
         """Run ``n`` (≥ 1) workers from now on: retire the surplus (the ones with the
         fewest batches in flight), or take parked ones back and fork the rest."""
