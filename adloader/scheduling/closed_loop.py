@@ -21,11 +21,14 @@ even split measured after it on the same payback rule. Once every job has traine
 batch and the new workers have delivered theirs, one window measures the node's rate (Σ of
 the jobs' measured samples/s) under each start in turn; the better one is the *base* (the
 carried start where it measured within ``tolerance`` of the best, which the guard still
-measures against). From then on the loop walks toward the policy's plan in moves from one
-job to another, the pair the model ranks best (the donor whose predicted rate falls least,
-the receiver whose rises most): ``step`` workers first, and each kept move along a pair is
-followed at once by one twice as large along it (the kept trial's window measured where the
-node stands). Each move is a trial:
+measures against; the asked-for counts where they measured within the noise of the best —
+``tolerance`` or the start windows' half-to-half spread, whichever is wider: what the jobs
+run with no daemon is left only for a split measured better than the node's noise). From
+then on the loop walks toward the policy's plan in moves from one job to another, the pair
+the model ranks best (the donor whose predicted rate falls least, the receiver whose rises
+most): ``step`` workers first, and each kept move along a pair is followed at once by one
+twice as large along it (the kept trial's window measured where the node stands). Each move
+is a trial:
 the jobs apply it, the new workers deliver their first batches, a window measures the node
 again, and the move stays only if the measured rate did not fall by more than the windows'
 noise (``tolerance`` at least). A move that failed goes back at once and that pair is not
@@ -395,11 +398,7 @@ class ClosedLoop:
                 job.applied = False
             return self._counts(self.starts[len(self.measured)][1], current)
         best = max(self.measured, key=lambda m: m[2])
-        carried = next((m for m in self.measured if m[0] == "carried"), None)
-        if carried is not None and carried[2] >= (1 - self.settings.tolerance) * best[2]:
-            chosen = carried  # where the loop stood, no worse than the best within tolerance
-        else:
-            chosen = best
+        chosen = self._incumbent(best) or best
         self.base_counts, self.base_rate = dict(chosen[1]), best[2]
         self.base_start = chosen[0]
         if chosen[0] != "planned" and any(m[0] == "planned" for m in self.measured):
@@ -414,6 +413,22 @@ class ClosedLoop:
             self.window_from = now + self._settle(current)
             return self._counts(self.base_counts, current)
         return self._move(now, current, remaining)
+
+    def _incumbent(self, best: tuple[str, dict[str, int], float]
+                   ) -> tuple[str, dict[str, int], float] | None:
+        """The start that stays unless another measured better beyond the noise: where the
+        loop stood (``carried``: what it had measured and kept), within ``tolerance`` of the
+        best; the counts the jobs asked for (``requested``: what they run with no daemon),
+        within ``tolerance`` or the start windows' floor, whichever is wider (two windows
+        of one setting read that far apart, so a smaller difference is no evidence that the
+        even split is better). None: the best is the base."""
+        s = self.settings
+        for name, allowed in (("carried", s.tolerance),
+                              ("requested", max(s.tolerance, self._floor()))):
+            start = next((m for m in self.measured if m[0] == name), None)
+            if start is not None and start[2] >= (1 - allowed) * best[2]:
+                return start
+        return None
 
     @staticmethod
     def _counts(counts: Mapping[str, int], current: Mapping[str, int]) -> dict[str, int]:
