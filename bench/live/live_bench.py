@@ -269,13 +269,15 @@ def _daemon_run(cfg: LiveConfig, policy: str, round_: int, root: Path, profile: 
     ``POLICY+shares``: each job in a cgroup of its own, weighted by its workers (root);
     ``POLICY+turn``: the same, a job held at one worker while others hold more weighted least
     (``adloader.host.cpu_share``, the rule ``turn``); ``POLICY+order``: the same, weighted in
-    a ranking (the rule ``order``: the one a fluid model of strict priority ends best)."""
-    label, (policy, rule) = policy, policy_label.split(policy)
+    a ranking (the rule ``order``: the one a fluid model of strict priority ends best);
+    ``POLICY+open``: the daemon's loop open (``--open-loop``: each plan applied, unmeasured)."""
+    label, (policy, rule, open_loop) = policy, policy_label.split(policy)
     shares = rule is not None
     state, reports = root / f"state-{label}-{round_}", root / f"reports-{label}-{round_}"
     reports.mkdir(parents=True)
     extra = ["--cpu-shares", f"adloader-live-{os.getpid()}", "--cpu-share-rule", rule] \
         if shares else []
+    extra += ["--open-loop"] if open_loop else []
     args = [*extra, "--policy", policy, "--capacity", str(capacity), "--gpus", str(trace.gpus),
             "--jobs-per-gpu", str(per_gpu), "--arrival-window", str(cfg.window_s),
             "--completion-window", str(cfg.window_s), "--heartbeat", str(cfg.heartbeat_s),

@@ -66,7 +66,9 @@ def live_flags(p: argparse.ArgumentParser) -> None:
                         "weighted by its workers (root); POLICY+turn: the same, a job held at "
                         "one worker while others hold more weighted least; POLICY+order: "
                         "the same, weighted in a ranking (the one a fluid model of strict "
-                        "priority ends best)")
+                        "priority ends best); POLICY+open: the daemon's loop open, each plan "
+                        "applied unmeasured (requested+open: the asked-for counts under a "
+                        "daemon that moves nothing)")
     p.add_argument("--baselines", type=_baselines, default=None,
                    help="no-daemon settings on torch's own DataLoader, comma-separated, or "
                         f"none (default {','.join(DEFAULT_BASELINES)})")

@@ -208,12 +208,14 @@ def test_a_policy_label_names_its_policy_and_cpu_share_rule():
     from adloader.bench.live.policy_label import split
     from adloader.config import CPU_SHARE_RULES
 
-    assert split("ftf") == ("ftf", None)
-    assert split("ftf+shares") == ("ftf", "workers")
-    assert split("balance+turn") == ("balance", "turn")
-    assert split("ftf+order") == ("ftf", "order")
-    assert split("ftf+sometimes") == ("ftf+sometimes", None)  # the whole label: no policy
+    assert split("ftf") == ("ftf", None, False)
+    assert split("ftf+shares") == ("ftf", "workers", False)
+    assert split("balance+turn") == ("balance", "turn", False)
+    assert split("ftf+order") == ("ftf", "order", False)
+    assert split("requested+open") == ("requested", None, True)  # the loop open
+    assert split("ftf+sometimes") == ("ftf+sometimes", None, False)  # the whole label: no policy
     assert all(split(f"ftf+{s}")[1] in CPU_SHARE_RULES for s in ("shares", "turn", "order"))
+    assert _parse("live", "--policies", "requested+open").policies == ("requested+open",)
 
 
 def test_live_runs_a_declared_mix_with_its_steps_scaled_and_refuses_it_on_a_real_gpu():
