@@ -33,7 +33,8 @@ def summarise_rounds(runs: list[dict], labels) -> list[dict]:
     (min–max of the makespan ratio over rounds); against the best fixed setting of the same
     round and the requested one (best fixed in hindsight: the fixed setting with the least
     median, per figure; best no-daemon in hindsight: the same over every no-daemon row); and
-    which of the live targets the medians meet."""
+    which of the live targets the medians meet. ``rounds``: each paired figure's values, round
+    by round (what ``live_pool`` pools over several runs)."""
     ref = REFERENCE if REFERENCE in labels else ("balance" if "balance" in labels
                                                  else labels[0])
     base = {r["round"]: r for r in runs if r["policy"] == ref}
@@ -61,20 +62,19 @@ def summarise_rounds(runs: list[dict], labels) -> list[dict]:
             for name, x in ratios.items():
                 per_job.setdefault(name, []).append(x)
             worst_rate.append(min(ratios.values()) if ratios else float("nan"))
-        row |= {"reference": ref, "makespan_paired": statistics.median(makespan),
-                "spread": [min(makespan), max(makespan)],
-                "jct_paired": statistics.median(_paired(mine, base, "mean_jct_s")),
-                "sum_paired": statistics.median(_paired(mine, base, "aggregate_throughput")),
-                "worst_jct_paired": statistics.median(worst_jct),
-                "worst_job": statistics.median(worst_rate),
-                "jobs": {n: statistics.median(x) for n, x in sorted(per_job.items())}}
+        rounds = {"makespan_paired": makespan, "jct_paired": _paired(mine, base, "mean_jct_s"),
+                  "worst_jct_paired": worst_jct}
         for name, least in (("best_fixed", best), ("best_nodaemon", nodaemon)):
             if least:
-                row[f"makespan_vs_{name}"] = statistics.median(
-                    _paired(mine, least["makespan_s"], "makespan_s"))
-                row[f"jct_vs_{name}"] = statistics.median(
-                    _paired(mine, least["mean_jct_s"], "mean_jct_s"))
+                rounds[f"makespan_vs_{name}"] = _paired(mine, least["makespan_s"], "makespan_s")
+                rounds[f"jct_vs_{name}"] = _paired(mine, least["mean_jct_s"], "mean_jct_s")
                 row[name] = {key: next(iter(b.values()))["policy"] for key, b in least.items()}
+        row |= {key: statistics.median(values) for key, values in rounds.items()}
+        row |= {"reference": ref, "spread": [min(makespan), max(makespan)],
+                "sum_paired": statistics.median(_paired(mine, base, "aggregate_throughput")),
+                "worst_job": statistics.median(worst_rate),
+                "jobs": {n: statistics.median(x) for n, x in sorted(per_job.items())},
+                "rounds": rounds}
         if requested:
             row["makespan_vs_requested"] = statistics.median(
                 _paired(mine, requested, "makespan_s"))

@@ -33,10 +33,12 @@ from .bench_live import (
     api_flags,
     bench_api,
     bench_live,
+    bench_pooled,
     bench_resize_cost,
     bench_startup,
     bench_tuner,
     live_flags,
+    pooled_flags,
     resize_cost_flags,
 )
 from .bench_multinode import bench_multinode
@@ -187,6 +189,9 @@ BENCHMARKS: dict[str, Bench] = {
     "resize-cost": Bench(bench_resize_cost, "what a resize costs the node and a window's "
                                             "noise, read from live.json files of bench live",
                          (resize_cost_flags, JSON)),
+    "pooled": Bench(bench_pooled, "the rounds of several bench live runs of one mix as one "
+                                  "sample: medians with their bootstrap intervals, read "
+                                  "from live.json files", (pooled_flags, JSON)),
     "tuner": Bench(bench_tuner, "the competent per-job tuner alone, live, against each job's "
                                 "best fixed num_workers in hindsight",
                    (QUICK, _rounds("rounds (default 2)"),

@@ -264,19 +264,22 @@ def resize_cost_flags(p: argparse.ArgumentParser) -> None:
                    help="live.json files of `adloader bench live --report` (their runs pooled)")
 
 
-def bench_resize_cost(args) -> int:
-    """What a resize costs the node and how far a window's halves read apart, from the
-    progress marks of written live runs (``adloader.bench.live.resize_cost``)."""
+def pooled_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("live", nargs="*", metavar="LIVE.json",
+                   help="live.json files of `adloader bench live --report` on one mix (their "
+                        "rounds pooled, each ratio still paired within its own round)")
+
+
+def _lives(paths: list[str], bench: str) -> list[dict]:
+    """The ``live.json`` dicts at ``paths``; InputError naming a file that is not one."""
     import json
     from pathlib import Path
 
-    from adloader.bench.live.resize_cost import resize_cost
-
-    if not args.live:
-        raise InputError("bench resize-cost: name the live.json files to read "
+    if not paths:
+        raise InputError(f"bench {bench}: name the live.json files to read "
                          "(`adloader bench live --report DIR` writes DIR/live.json)")
     lives = []
-    for path in args.live:
+    for path in paths:
         try:
             live = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:  # unreadable, not UTF-8 or not JSON
@@ -285,6 +288,15 @@ def bench_resize_cost(args) -> int:
         if not isinstance(live, dict) or not isinstance(live.get("runs"), list):
             raise InputError(f"{path}: not a live.json of `adloader bench live` (no runs)")
         lives.append(live)
+    return lives
+
+
+def bench_resize_cost(args) -> int:
+    """What a resize costs the node and how far a window's halves read apart, from the
+    progress marks of written live runs (``adloader.bench.live.resize_cost``)."""
+    from adloader.bench.live.resize_cost import resize_cost
+
+    lives = _lives(args.live, "resize-cost")
     result = resize_cost(lives)
     console = _output.console()
     after = result["after_resize"]
@@ -299,5 +311,40 @@ def bench_resize_cost(args) -> int:
         f"a {result['window_s']:g} s window's two halves, apart (relative to the window)",
         ["setting", "windows", "median"],
         [[k, v["windows"], f"{v['median']:.3f}"] for k, v in result["window_spread"].items()]))
+    _output.save(args.json, result)
+    return 0
+
+
+def bench_pooled(args) -> int:
+    """The rounds of several live runs of one mix as one sample: each figure's median over
+    every round with its 95 % bootstrap interval (``adloader.bench.live.live_pool``)."""
+    from adloader.bench.live.live_pool import FIGURES, pool
+
+    result = pool(_lives(args.live, "pooled"), args.live)
+    ref = str(result["reference"]).removeprefix("no daemon: ")  # "even" where it ran
+    shown = [(key, what.replace("× even", f"× {ref}")) for key, what, _ in FIGURES
+             if any(key in s["figures"] for s in result["settings"])]
+    rows = []
+    for s in result["settings"]:
+        cells = []
+        for key, _ in shown:
+            f = s["figures"].get(key)
+            cells.append("—" if f is None else f"{f['median']:.3f} "
+                         f"({f['low']:.3f}–{f['high']:.3f}) {f['met']}/{f['rounds']}")
+        rows.append([s["policy"], s["rounds"], *cells])
+    trace, member = result["mix"]
+    n = len(result["reports"])
+    reports = f"{n} report{'s' if n != 1 else ''}"
+    console = _output.console()
+    console.print(_output.table(
+        f"{trace} ({member}), {reports} pooled: medians over the "
+        "rounds (95 % bootstrap interval), rounds meeting the target",
+        ["setting", "rounds", *[what for _, what in shown]], rows))
+    for key, what in (("best_fixed", "best fixed"), ("best_nodaemon", "best no-daemon")):
+        best = next((s[key] for s in result["settings"] if s.get(key)), None)
+        if best:
+            console.print(f"{what} in hindsight over the pooled rounds: makespan "
+                          f"{best['makespan_s']}, mean JCT {best['mean_jct_s']}")
+    console.print("targets: " + ", ".join(f"{what} ≤ {t:.3f}" for _, what, t in FIGURES))
     _output.save(args.json, result)
     return 0

@@ -31,6 +31,7 @@ FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing e
     "soak": {"--quick", "--jobs", "--json"},
     "resize": {"--quick", "--json"},
     "resize-cost": {"--json"},
+    "pooled": {"--json"},
     "cache": {"--quick", "--ranks-per-node", "--json"},
     "epoch-order": {"--quick", "--json"},
     "chunks": {"--quick", "--json"},
