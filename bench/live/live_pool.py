@@ -1,7 +1,8 @@
 """Several ``bench live`` reports of one mix, their rounds as one sample.
 
 Three rounds give a median that one slow round can move across a target: on the emulated
-GPU node two runs of the same settings read a median 3–8 % apart. Pooled, the rounds of
+GPU node the same processes at the same counts read up to 8 % apart a round
+(``docs/benchmarks.md``). Pooled, the rounds of
 several runs of one member keep their pairing (each ratio is a setting's run against the
 reference's run of the *same* round; a round of one report is never paired with another's)
 and give the median of many rounds with an interval: the 95 % interval of the median by
