@@ -62,9 +62,10 @@ def _mix(live: dict) -> tuple[str, str]:
 
 
 def interval(values: Sequence[float], draws: int = DRAWS, seed: int = 0) -> tuple[float, float]:
-    """The ``LEVEL`` interval of the median of ``values`` by bootstrap (seeded)."""
-    if len(values) < 2:
-        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    """The ``LEVEL`` interval of the median of ``values`` (one at least) by bootstrap
+    (seeded)."""
+    if len(values) < 2:  # one round: nothing to draw
+        return values[0], values[0]
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(values, k=len(values)))
                      for _ in range(draws))
@@ -87,7 +88,7 @@ def pool(lives: Sequence[dict], names: Sequence[str]) -> dict:
             if not values:
                 continue
             low, high = interval(values)
-            figures[key] = {"median": statistics.median(values), "low": low, "high": high,
+            figures[key] = {"median": row[key], "low": low, "high": high,
                             "met": sum(v <= target for v in values), "rounds": len(values),
                             "target": target}
         out.append({"policy": row["policy"], "rounds": len(row["each"]),
