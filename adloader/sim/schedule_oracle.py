@@ -152,3 +152,65 @@ def whole_trace_floor(trace: Trace, profile: DeviceProfile, model: ThroughputMod
     if out["ends"] is not None:
         out["ends"] = {j.name: c for j, c in zip(jobs, out["ends"], strict=True)}
     return out
+
+
+def placed_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
+                 base: SimConfig | None = None, loading: float | None = None,
+                 jct_limit: dict[str, float] | None = None) -> dict:
+    """A floor under the mean JCT of every schedule of the node's workers, on GPUs as the
+    planner places them (``planner.admit``; no policy moves a job's GPUs):
+    ``schedule_lp.least_mean_jct_arriving`` over consecutive arrivals of at most ``GROUP``
+    jobs together. The first part starts on an empty node, so its placement is exact where
+    every job asks as many GPUs (none waits while a later arrival takes GPUs); a later part
+    is bounded alone, each of its jobs on GPUs of its own (jobs left from before only slow
+    it), and the parts' floors add up. ``loading``: samples/s the node loads at
+    most (default L(capacity), the daemon's workers at best); each job held to its intake
+    ceiling where the truth has one. ``jct_limit`` (job -> seconds): the schedules that
+    end each job within it (e.g. 1/0.95 of its even-split JCT)."""
+    from adloader.scheduling.bounds.schedule_lp import least_mean_jct_arriving
+    from adloader.scheduling.planner import PlanJob, admit
+
+    sim = Simulator(trace, profile, model, base or SimConfig())
+    loading = loading or profile.node_loading_rate(sim.capacity)
+    jobs = sorted(sim.jobs, key=lambda j: j.spec.arrival_s)  # stable: the trace's order
+    parts: list[list] = []
+    for j in jobs:
+        last = parts[-1] if parts else None
+        if last and len(last) < GROUP and (last[-1].spec.arrival_s == j.spec.arrival_s
+                                           or len(last) + _batch(jobs, j) <= GROUP):
+            last.append(j)
+        else:
+            parts.append([j])
+    same = len({j.spec.gpus for j in jobs}) == 1  # else a later arrival may take GPUs first
+    total, jct = 0.0, {}
+    for k, part in enumerate(parts):
+        def place(placed, waiting, part=part, exact=k == 0 and same):
+            if not exact:  # GPUs of its own: true of every placement
+                return {i: tuple(range(100 * (i + 1), 100 * (i + 1) + part[i].spec.gpus))
+                        for i in waiting}
+            views = [PlanJob(part[i].name, part[i].spec.batch_size, part[i].spec.gpus,
+                             part[i].flops_g, part[i].params_m, 1.0, i in placed, 1,
+                             placed.get(i, tuple(part[i].spec.gpu_ids or ())))
+                     for i in [*placed, *waiting]]
+            ids = admit(views, capacity=sim.capacity, gpus=sim.gpus,
+                        max_jobs_per_gpu=profile.max_jobs_per_gpu)
+            return {i: ids[part[i].name] for i in waiting if part[i].name in ids}
+
+        out = least_mean_jct_arriving(
+            [j.spec.iterations * j.spec.batch_size for j in part],
+            [j.spec.arrival_s for j in part], loading,
+            [j.step_s / j.spec.batch_size for j in part], place,
+            intake=[sim.intake.get(j.name, 0.0) for j in part],
+            jct_limit=None if jct_limit is None else [jct_limit[j.name] for j in part])
+        if out["jct"] is None:
+            return {"mean_jct": float("inf"), "jct": None, "parts": len(parts),
+                    "loading": loading, "capacity": sim.capacity}
+        total += out["mean_jct"] * len(part)
+        jct.update({j.name: c for j, c in zip(part, out["jct"], strict=True)})
+    return {"mean_jct": total / len(jobs), "jct": jct, "parts": len(parts), "loading": loading,
+            "capacity": sim.capacity}
+
+
+def _batch(jobs: list, job) -> int:
+    """How many jobs arrive with ``job``."""
+    return sum(j.spec.arrival_s == job.spec.arrival_s for j in jobs)

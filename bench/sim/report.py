@@ -234,6 +234,8 @@ def dynamic_benchmark(profile, model, config, json_path=None, plot_path=None,
               f"above (from the first start, {start:g} s) makespan ≥ {lb_span:.1f} s = "
               f"{lb_span / runs[0]['makespan_s']:.3f}× no-realloc (binding: {lb['binding']}; "
               f"the node loads ≤ {lb['node_rate_max']:.0f} samples/s)")
+    fair_floor_line(out, load_trace("paper-dynamic", profile.gpus), profile, model, config,
+                    runs)
     slow = [r for policy in (DEFAULT_POLICY, "optimal") for r in experiments.correction_runs(
         load_trace("paper-dynamic", profile.gpus), profile, model, "app4", 2.0, policy, config)]
     out.print(table("app4 (VGG13) steps 2× slower than any prediction: online correction of "
@@ -252,6 +254,30 @@ def dynamic_benchmark(profile, model, config, json_path=None, plot_path=None,
     shown = [runs[0], next(r for r in runs if r["policy"] == DEFAULT_POLICY)]
     plot(plot_path, shown, f"bench dynamic, profile {profile.name}")
     return 0
+
+
+def fair_floor_line(out: Console, trace, profile, model, config, runs: list[dict],
+                    alpha: float = 0.95) -> dict:
+    """What the daemon's lever can do on ``trace``, printed: the least mean JCT of any
+    schedule of its workers on the GPUs the planner gives, every job within 1/``alpha`` of
+    its JCT under ``balance`` in ``runs`` (``schedule_oracle.placed_floor``), beside the
+    default policy's."""
+    from adloader.scheduling.policies.registry import DEFAULT_POLICY
+    from adloader.sim.schedule_oracle import placed_floor
+
+    even = next(r for r in runs if r["policy"] == "balance" and r["realloc"])
+    default = next(r for r in runs if r["policy"] == DEFAULT_POLICY and r["realloc"])
+    due = {j["name"]: j["jct_s"] / alpha for j in even["jobs"]}
+    floor = placed_floor(trace, profile, model, config, jct_limit=due)
+    loop = "closed loop" if config.closed_loop else "open loop"
+    out.print(f"  fair floor (truth {config.truth}): within the daemon's {floor['capacity']} "
+              f"workers (the node loads ≤ {floor['loading']:.0f} samples/s), on the GPUs the "
+              f"planner gives, each job within 1/{alpha:g} of its JCT under balance ({loop}), "
+              f"no schedule's mean JCT is under {floor['mean_jct']:.1f} s = "
+              f"{floor['mean_jct'] / even['mean_jct_s']:.3f}× balance's; {DEFAULT_POLICY} "
+              f"{default['mean_jct_s'] / even['mean_jct_s']:.3f}× (LP over completion orders "
+              f"and arrivals, {floor['parts']} part(s))")
+    return floor
 
 
 def allocation_benchmark(jobs: int | None = None, capacity: int = 1024,

@@ -55,7 +55,9 @@ def bench_static(args) -> int:
 
 
 def bench_dynamic(args) -> int:
-    return report.dynamic_benchmark(*_options.simulation_setup(args), args.json, args.plot,
+    profile, model, config = _options.simulation_setup(args)
+    config.closed_loop = args.closed_loop
+    return report.dynamic_benchmark(profile, model, config, args.json, args.plot,
                                     args.floor_slot)
 
 
@@ -134,6 +136,10 @@ FLOOR_SLOT = _flag("--floor-slot", type=_options.seconds, default=None, metavar=
                    help="also the floor over the whole trace, arrivals included, in slots of "
                         "S seconds (a mixed-integer program: minutes; 4 proves the dynamic "
                         "trace's bound)")
+CLOSED_LOOP = _flag("--closed-loop", action="store_true",
+                    help="the daemon's policy under its closed loop (measured moves, the "
+                         "guard), as the daemon runs it by default; without: each plan applied "
+                         "as planned")
 
 
 def _sim(*flags: str) -> Flags:
@@ -155,7 +161,7 @@ BENCHMARKS: dict[str, Bench] = {
     "static": Bench(bench_static, "the static mix (Fig. 3), every policy, simulated",
                     (SIM, JSON_PLOT)),
     "dynamic": Bench(bench_dynamic, "the dynamic trace (Table III), simulated",
-                     (SIM, FLOOR_SLOT, JSON_PLOT)),
+                     (SIM, FLOOR_SLOT, CLOSED_LOOP, JSON_PLOT)),
     "tpm": Bench(bench_tpm, "the TPM's held-out R² (Table I)",
                  (_sim("--profile", "--model", "--seed", "--cores", "--realloc-cost"),)),
     "allocation": Bench(bench_allocation, "allocation speed of every policy", (
@@ -180,10 +186,7 @@ BENCHMARKS: dict[str, Bench] = {
         _sim("--profile", "--seed", "--truth"), FLOOR_SLOT,
         _flag("--mixes", default=None,
               help="declared mixes, comma-separated (default: every one)"),
-        _flag("--closed-loop", action="store_true",
-              help="the daemon's policy under its closed loop (measured moves, the guard), as "
-                   "the daemon runs it by default; without: each plan applied as planned"),
-        JSON)),
+        CLOSED_LOOP, JSON)),
     "live": Bench(bench_live, "the static mix as real jobs under real daemons",
                   (QUICK, live_flags, JSON_PLOT)),
     "resize-cost": Bench(bench_resize_cost, "what a resize costs the node and a window's "

@@ -31,6 +31,9 @@ import numpy as np
 from adloader.errors import InputError
 
 Options = Callable[[tuple[int, ...]], np.ndarray]  # present jobs -> (P, N) rates, samples/s
+Groups = list[tuple[list[int], list[float], float]]  # (jobs on a GPU, τ of each, its limit)
+# (jobs placed -> their GPUs, jobs waiting in arrival order) -> the GPUs of those placed now
+Admit = Callable[[dict[int, tuple[int, ...]], list[int]], dict[int, tuple[int, ...]]]
 
 
 def pareto_rows(rates: np.ndarray) -> np.ndarray:
@@ -132,8 +135,6 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
     ``deadline`` (seconds, one a job; inf: none): the schedules that complete each job by
     its deadline (no order that cannot is counted).
     """
-    from scipy.optimize import linprog
-
     s = np.asarray(samples, dtype=float)
     n = len(s)
     if n == 0 or n > 7:
@@ -154,63 +155,157 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
         limit = [1.0] * len(on)
     if loading <= 0 or np.any(s <= 0) or len(gpu_s) != n:
         raise InputError("least_mean_jct: loading > 0, and samples and gpu_s for every job")
+    groups = list(zip(members, weight, limit, strict=True))
     best: dict = {"mean_jct": np.inf, "order": None, "ends": None}
     for order in itertools.permutations(range(n)):
-        # variables: t_0..t_{n-1}, then y_{k,i} for k in phases, i in range(n)
-        width = n + n * n
-        rows, rhs = [], []
-
-        def y(k: int, i: int) -> int:
-            return n + k * n + i
-
-        pos = {job: k for k, job in enumerate(order)}
-        bounds = [(0, None)] * n + [(0, None) if k <= pos[i] else (0, 0)
-                                    for k in range(n) for i in range(n)]
-        for k in range(n):
-            row = np.zeros(width)  # Σ_i y_{k,i} ≤ L·t_k
-            row[[y(k, i) for i in range(n)]] = 1.0
-            row[k] = -loading
-            rows.append(row)
-            rhs.append(0.0)
-            for i in range(n):  # its intake: y_{k,i} ≤ C_i·t_k
-                if intake is not None and 0 < intake[i] < np.inf:
-                    row = np.zeros(width)
-                    row[y(k, i)], row[k] = 1.0, -float(intake[i])
-                    rows.append(row)
-                    rhs.append(0.0)
-            for m, w, cap in zip(members, weight, limit, strict=True):
-                row = np.zeros(width)  # GPU time: Σ_{i on g} τ_i·y_{k,i} ≤ cap·t_k
-                for i, tau in zip(m, w, strict=True):
-                    row[y(k, i)] = tau
-                row[k] = -cap
-                rows.append(row)
-                rhs.append(0.0)
-        for i in range(n):  # by its deadline: Σ_{k ≤ its phase} t_k ≤ D_i
-            if deadline is not None and deadline[i] < np.inf:
-                row = np.zeros(width)
-                row[:pos[i] + 1] = 1.0
-                rows.append(row)
-                rhs.append(float(deadline[i]))
-        for i in range(n):  # done by its phase: Σ_k y_{k,i} ≥ S_i
-            row = np.zeros(width)
-            row[[y(k, i) for k in range(pos[i] + 1)]] = -1.0
-            rows.append(row)
-            rhs.append(-s[i])
-        cost = np.zeros(width)  # Σ_i C_i = Σ_k (n − k)·t_k
-        cost[:n] = [n - k for k in range(n)]
-        res = linprog(cost, A_ub=np.array(rows), b_ub=np.array(rhs), bounds=bounds,
-                      method="highs")
-        if res.status != 0:
-            continue
-        mean = float(res.fun) / n
-        if mean < best["mean_jct"] - 1e-12:
-            t = res.x[:n]
-            ends = np.cumsum(t)
-            best.update(mean_jct=mean, order=list(order),
-                        ends=[float(ends[pos[i]]) for i in range(n)])
+        phases = [(set(order[k:]), groups) for k in range(n)]
+        ends = _phase_program(s, loading, intake, deadline, phases,
+                              {job: k + 1 for k, job in enumerate(order)}, [])
+        if ends is not None and ends.sum() / n < best["mean_jct"] - 1e-12:
+            best.update(mean_jct=float(ends.sum()) / n, order=list(order),
+                        ends=[float(c) for c in ends])
     busy = [sum(tau * s[i] for i, tau in zip(m, w, strict=True)) / cap
             for m, w, cap in zip(members, weight, limit, strict=True)]
     alone = [s[i] / intake[i] for i in range(n)
              if intake is not None and 0 < intake[i] < np.inf]
     best["makespan"] = float(max([s.sum() / loading, *busy, *alone]))
     return best
+
+
+def _phase_program(s: np.ndarray, loading: float, intake: Sequence[float] | None,
+                   deadline: Sequence[float] | None,
+                   phases: list[tuple[set[int], Groups]], done_at: dict[int, int],
+                   fixed: list[tuple[int, float]]) -> np.ndarray | None:
+    """The least Σ_i C_i of one sequence of phases, or None where none is feasible: phase p
+    lasts t_p, runs the jobs of its set, each GPU group busy at most its limit, the node
+    loading at most L; job i is done by the end of phase ``done_at[i]`` − 1, its C_i (from
+    the first phase's start) ≤ ``deadline[i]``; ``fixed``: (k, τ), the first k phases last τ
+    in all (an arrival's time). C_i for every job."""
+    from scipy.optimize import linprog
+
+    n, count = len(s), len(phases)
+    width = count + count * n  # t_p, then y_{p,i}: the samples job i loads in phase p
+
+    def y(p: int, i: int) -> int:
+        return count + p * n + i
+
+    bounds = [(0, None)] * count + [(0, None) if i in phases[p][0] else (0, 0)
+                                    for p in range(count) for i in range(n)]
+    rows, rhs = [], []
+
+    def add(entries: dict[int, float], bound: float) -> None:
+        row = np.zeros(width)
+        for col, v in entries.items():
+            row[col] += v
+        rows.append(row)
+        rhs.append(bound)
+
+    for p, (present, groups) in enumerate(phases):
+        add({**{y(p, i): 1.0 for i in range(n)}, p: -loading}, 0.0)  # Σ_i y ≤ L·t_p
+        for i in present:  # its intake: y_{p,i} ≤ C_i·t_p
+            if intake is not None and 0 < intake[i] < np.inf:
+                add({y(p, i): 1.0, p: -float(intake[i])}, 0.0)
+        for m, w, cap in groups:  # GPU time: Σ_{i on g} τ_i·y_{p,i} ≤ cap·t_p
+            add({**{y(p, i): tau for i, tau in zip(m, w, strict=True)}, p: -cap}, 0.0)
+    cost = np.zeros(width)
+    for i in range(n):
+        k = done_at[i]
+        cost[:k] += 1.0  # Σ_i C_i = Σ_i Σ_{p < done_at[i]} t_p
+        add({y(p, i): -1.0 for p in range(k)}, -float(s[i]))  # done: Σ_p y_{p,i} ≥ S_i
+        if deadline is not None and deadline[i] < np.inf:
+            add(dict.fromkeys(range(k), 1.0), float(deadline[i]))
+    a_eq = np.zeros((len(fixed), width))
+    for r, (k, _) in enumerate(fixed):
+        a_eq[r, :k] = 1.0
+    res = linprog(cost, A_ub=np.array(rows), b_ub=np.array(rhs),
+                  A_eq=a_eq if fixed else None, b_eq=[t for _, t in fixed] if fixed else None,
+                  bounds=bounds, method="highs")
+    if res.status != 0:
+        return None
+    t = res.x[:count]
+    return np.array([t[:done_at[i]].sum() for i in range(n)])
+
+
+def least_mean_jct_arriving(samples: Sequence[float], arrival: Sequence[float],
+                            loading: float, gpu_s: Sequence[float], admit: Admit,
+                            intake: Sequence[float] | None = None,
+                            jct_limit: Sequence[float] | None = None) -> dict:
+    """``least_mean_jct`` for jobs that arrive apart, on GPUs as ``admit`` places them.
+
+    Every event — an arrival (``arrival``, seconds) or a completion — starts a phase; for a
+    completion order and the place of each arrival among the completions, the phases and who
+    runs in each are fixed, and so is the placement: at each event ``admit`` places waiting
+    jobs on the GPUs of those present (the planner's rule, which no policy changes; a job
+    waits until it fits). The program is ``least_mean_jct``'s, each arrival's phases pinned
+    to its time; the least over every order and interleaving bounds every schedule of
+    ``loading`` samples/s with that placement. ``jct_limit`` (seconds from each job's
+    arrival; inf: none): the schedules that end each job within it. A JCT counts from the
+    job's arrival; ``ends`` are times from the first."""
+    s, a = np.asarray(samples, dtype=float), np.asarray(arrival, dtype=float)
+    n = len(s)
+    if n == 0 or n > 7 or len(a) != n or len(gpu_s) != n:
+        raise InputError(f"least_mean_jct_arriving: 1 to 7 jobs (it tries every order), each "
+                         f"with samples, arrival and gpu_s; got {n}")
+    if loading <= 0 or np.any(s <= 0):
+        raise InputError("least_mean_jct_arriving: loading > 0 and samples > 0")
+    times = sorted(set(a.tolist()))
+    batch = [[i for i in range(n) if a[i] == t] for t in times]
+    limit = None if jct_limit is None else [a[i] - times[0] + jct_limit[i] for i in range(n)]
+    best: dict = {"mean_jct": np.inf, "order": None, "ends": None, "jct": None}
+    for order in itertools.permutations(range(n)):
+        pos = {job: k for k, job in enumerate(order)}
+        # the completions before each later arrival: non-decreasing, none of its own jobs
+        for before in itertools.product(range(n + 1), repeat=len(times) - 1):
+            if any(x > y for x, y in zip(before, before[1:], strict=False)) or any(
+                    pos[i] < before[b - 1] for b in range(1, len(times)) for i in batch[b]):
+                continue
+            events = _events(order, before)
+            phases = _placed_phases(events, batch, gpu_s, admit)
+            if phases is None:
+                continue
+            done_at = {e[1]: k for k, e in enumerate(events) if e[0] == "done"}
+            fixed = [(k, times[e[1]] - times[0]) for k, e in enumerate(events)
+                     if e[0] == "arrive" and e[1] > 0]
+            ends = _phase_program(s, loading, intake, limit, phases, done_at, fixed)
+            if ends is None:
+                continue
+            jct = ends + times[0] - a
+            if jct.mean() < best["mean_jct"] - 1e-12:
+                best.update(mean_jct=float(jct.mean()), order=list(order),
+                            ends=[float(c) for c in ends], jct=[float(c) for c in jct])
+    return best
+
+
+def _events(order: Sequence[int], before: Sequence[int]) -> list[tuple[str, int]]:
+    """("arrive", batch) and ("done", job) in time order: batch b after ``before[b-1]``
+    completions."""
+    events, nxt = [("arrive", 0)], 1
+    for k, job in enumerate(order):
+        while nxt <= len(before) and before[nxt - 1] == k:
+            events.append(("arrive", nxt))
+            nxt += 1
+        events.append(("done", job))
+    return events
+
+
+def _placed_phases(events: list[tuple[str, int]], batch: list[list[int]],
+                   gpu_s: Sequence[float], admit: Admit) -> list[tuple[set[int], Groups]] | None:
+    """The phase after each event but the last: the jobs placed and each GPU's group; None
+    where a job would complete before it is placed."""
+    placed: dict[int, tuple[int, ...]] = {}
+    waiting: list[int] = []
+    phases: list[tuple[set[int], Groups]] = []
+    for kind, what in events[:-1]:
+        if kind == "arrive":
+            waiting += batch[what]
+        elif what not in placed:
+            return None
+        else:
+            del placed[what]
+        placed.update(admit(dict(placed), list(waiting)))
+        waiting = [i for i in waiting if i not in placed]
+        on = sorted({g for ids in placed.values() for g in ids})
+        members = [[i for i in placed if g in placed[i]] for g in on]
+        phases.append((set(placed), [(m, [gpu_s[i] for i in m], 1.0) for m in members]))
+    last = events[-1]
+    return phases if last[1] in placed else None

@@ -105,6 +105,9 @@ def test_bench_static_order_and_table(tmp_path, capsys):
 def test_bench_dynamic_and_allocation(tmp_path, capsys):
     code, out, _ = run(["bench", "dynamic"], capsys)
     assert code == 0 and "× no-realloc" in out
+    fair = " ".join(out[out.index("fair floor"):].split())  # the console wraps it
+    assert "within the daemon's 18 workers" in fair and "(open loop)" in fair
+    assert float(fair.split("s = ")[1].split("×")[0]) < 1.0
     out_json = tmp_path / "a.json"
     code, out, _ = run(["bench", "allocation", "--jobs", "50", "--capacity", "64", "--json",
                         str(out_json)], capsys)

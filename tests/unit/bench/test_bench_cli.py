@@ -15,7 +15,7 @@ SIM = {"--profile", "--model", "--seed", "--cores", "--window", "--prediction-er
 OUT = {"--json", "--plot"}
 FLAGS: dict[str, set[str]] = {  # the contract: what each bench takes, nothing else
     "static": SIM | OUT,
-    "dynamic": SIM | OUT | {"--floor-slot"},
+    "dynamic": SIM | OUT | {"--floor-slot", "--closed-loop"},
     "tpm": {"--profile", "--model", "--seed", "--cores", "--realloc-cost"},
     "allocation": {"--jobs", "--capacity", "--json"},
     "mixes": SIM | {"--jobs", "--mixes", "--rate", "--floor-slot", "--placed-as-balance",
@@ -129,6 +129,7 @@ def test_defaults_are_each_bench_s_own():
     assert _parse("locality").max_imbalance == 1.1
     assert _parse("loaders", "--workers", "1,2").workers == (1, 2)
     assert _parse("live", "--policies", "balance,fair").policies == ("balance", "fair")
+    assert _parse("dynamic", "--closed-loop").closed_loop and not _parse("dynamic").closed_loop
     static = _parse("static")
     assert (static.profile, static.window, static.realloc_cost, static.prediction_error) == \
         ("paper", 30.0, 0.1, 0.0)
