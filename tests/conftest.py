@@ -59,6 +59,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "integration/client/test_frameworks.py": ("processes",),
     "integration/client/test_loader.py": ("processes",),
     "integration/client/test_loader_dropin.py": ("processes",),
+    "integration/client/test_torch_support.py": ("processes",),
     "integration/client/test_locality.py": ("processes",),
     "integration/client/test_master.py": ("processes",),
     "integration/client/test_node_cache.py": ("processes",),

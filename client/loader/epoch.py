@@ -35,6 +35,7 @@ from adloader.client.loader.elastic_sampler import (
     shutdown_later,
 )
 from adloader.client.loader.pool_iter import PoolIter, WorkerDied
+from adloader.client.loader.torch_support import resizable
 
 if TYPE_CHECKING:
     from adloader.client.loader.loader import ElasticDataLoader
@@ -174,10 +175,12 @@ class EpochIterator:
     def _in_place(self, pool: WindowPool) -> bool:
         """Whether ``pool`` can change its workers as it runs: a started pool of workers (to
         or from none, a pool is started or stopped), not kept across epochs (torch's
-        persistent pool resumes each epoch by worker id)."""
+        persistent pool resumes each epoch by worker id), on a torch whose iterator keeps what
+        a resize in place needs (``torch_support.resizable``: torch ≥ 2.6)."""
         loader = self._loader
+        iterator = pool.wait().iterator
         return (pool.workers > 0 and loader._target > 0 and not loader.persistent_workers
-                and isinstance(pool.wait().iterator, PoolIter))
+                and isinstance(iterator, PoolIter) and resizable(iterator))
 
     def _start_pool(self, window: BatchWindow, workers: int | None = None) -> WindowPool:
         self.started += 1

@@ -40,6 +40,7 @@ from adloader.client.loader.epoch import BatchStats, EpochIterator
 from adloader.client.loader.loader_args import check_arguments, check_elastic
 from adloader.client.loader.loader_contract import DataLoaderContract, rank_units
 from adloader.client.loader.pool_iter import PoolLoader
+from adloader.client.loader.torch_support import order_kwargs
 from adloader.datapath.sample_order import samples_per_rank
 from adloader.errors import InputError
 from adloader.limits import MAX_WORKERS
@@ -112,6 +113,7 @@ class ElasticDataLoader(DataLoaderContract[T_co]):
         self.generator = generator
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = persistent_workers
+        order_kwargs(in_order)  # refused here where this torch has no in_order
         self.in_order = in_order
         self.seed = None if seed is None else int(seed)
         self.rank, self.world_size = rank, world_size
@@ -334,8 +336,8 @@ class ElasticDataLoader(DataLoaderContract[T_co]):
             num_workers=n, collate_fn=collate_fn, pin_memory=self.pin_memory,
             timeout=self.timeout, worker_init_fn=self.worker_init_fn, generator=generator,
             multiprocessing_context=self._context(), prefetch_factor=self.prefetch_factor,
-            persistent_workers=self.persistent_workers, in_order=self.in_order,
-            pin_memory_device=self.pin_memory_device,
+            persistent_workers=self.persistent_workers,
+            pin_memory_device=self.pin_memory_device, **order_kwargs(self.in_order),
         )
         if self._batched:
             kwargs["batch_sampler"] = window

@@ -187,10 +187,10 @@ class PoolIter(_MultiProcessingDataLoaderIter, _SeededIter):
                 return exits, dead
             time.sleep(0.01)
 
-    def _process_data(self, data, worker_idx):
+    def _process_data(self, data, *worker_idx):  # torch < 2.6 passes no worker_idx
         self.processed = True
         try:
-            data = super()._process_data(data, worker_idx)
+            data = super()._process_data(data, *worker_idx)
         finally:
             if self._retiring or self._parked:
                 self._park_idle()

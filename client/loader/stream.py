@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
 from adloader.client.loader.pool_iter import QuietLoader
+from adloader.client.loader.torch_support import order_kwargs
 
 if TYPE_CHECKING:
     from adloader.client.loader.loader import ElasticDataLoader
@@ -74,7 +75,7 @@ def _torch_loader(loader: ElasticDataLoader, dataset, n: int, **over) -> DataLoa
         worker_init_fn=loader.worker_init_fn, generator=loader.generator,
         prefetch_factor=loader.prefetch_factor if n else None,
         persistent_workers=loader.persistent_workers and n > 0,
-        pin_memory_device=loader.pin_memory_device, in_order=loader.in_order,
+        pin_memory_device=loader.pin_memory_device, **order_kwargs(loader.in_order),
         multiprocessing_context=loader._context() if n else None,
     )
     kwargs.update(over)
