@@ -4,6 +4,7 @@ rated as the simulator rates it (loading λ(d; D), GPUs time-shared)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 
 import numpy as np
@@ -173,11 +174,12 @@ def placed_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
     sim = Simulator(trace, profile, model, base or SimConfig())
     loading = loading or profile.node_loading_rate(sim.capacity)
     jobs = sorted(sim.jobs, key=lambda j: j.spec.arrival_s)  # stable: the trace's order
+    together = collections.Counter(j.spec.arrival_s for j in jobs)  # jobs an arrival brings
     parts: list[list] = []
     for j in jobs:
         last = parts[-1] if parts else None
         if last and len(last) < GROUP and (last[-1].spec.arrival_s == j.spec.arrival_s
-                                           or len(last) + _batch(jobs, j) <= GROUP):
+                                           or len(last) + together[j.spec.arrival_s] <= GROUP):
             last.append(j)
         else:
             parts.append([j])
@@ -209,8 +211,3 @@ def placed_floor(trace: Trace, profile: DeviceProfile, model: ThroughputModel,
         jct.update({j.name: c for j, c in zip(part, out["jct"], strict=True)})
     return {"mean_jct": total / len(jobs), "jct": jct, "parts": len(parts), "loading": loading,
             "capacity": sim.capacity}
-
-
-def _batch(jobs: list, job) -> int:
-    """How many jobs arrive with ``job``."""
-    return sum(j.spec.arrival_s == job.spec.arrival_s for j in jobs)
