@@ -134,6 +134,9 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
     most C_i whatever its workers (its intake ceiling), r_i ≤ C_i — R shrinks again.
     ``deadline`` (seconds, one a job; inf: none): the schedules that complete each job by
     its deadline (no order that cannot is counted).
+
+    ``rates``: the best schedule's average rate of each job (samples/s) from now to the
+    first completion — what ``ftf`` runs where its own search finds no plan.
     """
     s = np.asarray(samples, dtype=float)
     n = len(s)
@@ -156,14 +159,14 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
     if loading <= 0 or np.any(s <= 0) or len(gpu_s) != n:
         raise InputError("least_mean_jct: loading > 0, and samples and gpu_s for every job")
     groups = list(zip(members, weight, limit, strict=True))
-    best: dict = {"mean_jct": np.inf, "order": None, "ends": None}
+    best: dict = {"mean_jct": np.inf, "order": None, "ends": None, "rates": None}
     for order in itertools.permutations(range(n)):
         phases = [(set(order[k:]), groups) for k in range(n)]
-        ends = _phase_program(s, loading, intake, deadline, phases,
-                              {job: k + 1 for k, job in enumerate(order)}, [])
-        if ends is not None and ends.sum() / n < best["mean_jct"] - 1e-12:
-            best.update(mean_jct=float(ends.sum()) / n, order=list(order),
-                        ends=[float(c) for c in ends])
+        found = _phase_program(s, loading, intake, deadline, phases,
+                               {job: k + 1 for k, job in enumerate(order)}, [])
+        if found is not None and found[0].sum() / n < best["mean_jct"] - 1e-12:
+            best.update(mean_jct=float(found[0].sum()) / n, order=list(order),
+                        ends=[float(c) for c in found[0]], rates=found[1].tolist())
     busy = [sum(tau * s[i] for i, tau in zip(m, w, strict=True)) / cap
             for m, w, cap in zip(members, weight, limit, strict=True)]
     alone = [s[i] / intake[i] for i in range(n)
@@ -175,12 +178,12 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
 def _phase_program(s: np.ndarray, loading: float, intake: Sequence[float] | None,
                    deadline: Sequence[float] | None,
                    phases: list[tuple[set[int], Groups]], done_at: dict[int, int],
-                   fixed: list[tuple[int, float]]) -> np.ndarray | None:
+                   fixed: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray] | None:
     """The least Σ_i C_i of one sequence of phases, or None where none is feasible: phase p
     lasts t_p, runs the jobs of its set, each GPU group busy at most its limit, the node
     loading at most L; job i is done by the end of phase ``done_at[i]`` − 1, its C_i (from
     the first phase's start) ≤ ``deadline[i]``; ``fixed``: (k, τ), the first k phases last τ
-    in all (an arrival's time). C_i for every job."""
+    in all (an arrival's time). (C_i for every job, each job's rate in the first phase)."""
     from scipy.optimize import linprog
 
     n, count = len(s), len(phases)
@@ -223,7 +226,8 @@ def _phase_program(s: np.ndarray, loading: float, intake: Sequence[float] | None
     if res.status != 0:
         return None
     t = res.x[:count]
-    return np.array([t[:done_at[i]].sum() for i in range(n)])
+    first = res.x[count:count + n] / t[0] if t[0] > 0 else np.zeros(n)
+    return np.array([t[:done_at[i]].sum() for i in range(n)]), first
 
 
 def least_mean_jct_arriving(samples: Sequence[float], arrival: Sequence[float],
@@ -266,9 +270,10 @@ def least_mean_jct_arriving(samples: Sequence[float], arrival: Sequence[float],
             done_at = {e[1]: k for k, e in enumerate(events) if e[0] == "done"}
             fixed = [(k, times[e[1]] - times[0]) for k, e in enumerate(events)
                      if e[0] == "arrive" and e[1] > 0]
-            ends = _phase_program(s, loading, intake, limit, phases, done_at, fixed)
-            if ends is None:
+            found = _phase_program(s, loading, intake, limit, phases, done_at, fixed)
+            if found is None:
                 continue
+            ends = found[0]
             jct = ends + times[0] - a
             if jct.mean() < best["mean_jct"] - 1e-12:
                 best.update(mean_jct=float(jct.mean()), order=list(order),

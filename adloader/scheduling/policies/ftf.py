@@ -35,8 +35,14 @@ Per plan (re-solved at arrivals, completions and corrections):
    later than the weakest ρ's that found a plan (× (1 + ``GAIN``)): priority where it costs
    the node no makespan (``docs/benchmarks.md``, "Priority that costs no makespan").
    ``ftf-turns`` takes the turns it refuses (anywhere within the deadlines), for a lower
-   mean completion. No order meets every deadline: ``fair``'s allocation (the per-instant
-   floor). The planner runs it twice more with the GPU shares its plan leaves.
+   mean completion. No order meets every deadline (the priority plans keep every job a
+   worker and re-plan only at completions): the first phase of the least-Σ C_i schedule
+   that does, from the phase program over every completion order (``phase_plan``, up to
+   ``PHASED_JOBS`` jobs: ``schedule_lp.least_mean_jct`` on the node's L and each job's
+   B·μ, rates rounded up to workers); none does either: ``fair``'s allocation (the
+   per-instant floor). On the model's truth, closed loop, that took the dynamic mix from
+   0.934× ``balance``'s mean JCT to 0.870× (``docs/benchmarks.md``). The planner runs it
+   twice more with the GPU shares its plan leaves.
 
 ``ftf`` (not ``ftf-turns``) plans no worker past D*, the fewest node workers loading within
 ``WORTH`` of the table's most (``worth_planning``), and its deadlines credit balance's workers
@@ -65,6 +71,7 @@ EPS = 1e-9
 RHOS = (0.99, 0.5, 0.05)  # ρ tried, each rank of priority against the one before
 GAIN = 1e-3  # a stronger priority is taken when its jobs end this much sooner in sum
 MAX_JOBS = 64
+PHASED_JOBS = 5  # where no order is on time, the phase program for this many jobs at most
 SLACK = 0.05  # a plan must end every job this share of its deadline early
 WORTH = 0.02  # past the fewest workers loading within this share of L's most, none planned
 
@@ -135,7 +142,37 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
     best = _search(rows, mu, remaining, deadline, window, keep_end)
     if best is not None:
         return dict(zip((j.name for j in jobs), best[1].tolist(), strict=True))
+    phased = phase_plan(mu, remaining, deadline, table, planned)
+    if phased is not None:
+        return dict(zip((j.name for j in jobs), phased.tolist(), strict=True))
     return fair(jobs, capacity, table, alpha)
+
+
+def phase_plan(mu: np.ndarray, remaining: np.ndarray, deadline: np.ndarray,
+               table: np.ndarray, capacity: int) -> np.ndarray | None:
+    """Workers for the first phase of the least-Σ C_i schedule that meets every deadline
+    (``schedule_lp.least_mean_jct``: the node loading L(C) = λ(C; C), each job at most
+    B·μ), or None where none does or past ``PHASED_JOBS`` jobs. Each job gets the fewest
+    workers whose λ(d; C) reaches its rate in that phase, one at least; the largest give
+    one back while the plan holds more than C."""
+    from adloader.scheduling.bounds.schedule_lp import least_mean_jct
+
+    n, capacity = len(mu), min(int(capacity), table.shape[0] - 1)
+    if n > PHASED_JOBS or capacity < n or not np.isfinite(deadline).all():
+        return None
+    row = table[capacity, :capacity + 1]
+    loading = float(row[capacity])
+    if loading <= 0 or (mu <= 0).any():
+        return None
+    best = least_mean_jct(remaining, loading, np.zeros(n), [(i,) for i in range(n)],
+                          intake=mu, deadline=deadline)
+    if best["rates"] is None:
+        return None
+    need = np.searchsorted(row, np.minimum(best["rates"], mu) * (1 - 1e-6))
+    workers = np.clip(need, 1, capacity).astype(int)
+    while workers.sum() > capacity:
+        workers[np.argmax(workers)] -= 1
+    return workers
 
 
 def _search(rows: Rows, mu: np.ndarray, remaining: np.ndarray, deadline: np.ndarray,

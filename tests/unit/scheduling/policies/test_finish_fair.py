@@ -201,10 +201,29 @@ def test_the_job_with_the_most_room_gives_way_when_two_need_their_whole_gpu_rate
     assert (ends <= np.array(list(due.values())) + 1e-6).all()
 
 
-def test_no_order_meets_the_deadlines_falls_back_to_fair():
+def test_no_schedule_meets_the_deadlines_falls_back_to_fair():
     jobs = [JobDemand("a", 1e9, remaining=18_000.0, deadline=1.0),
             JobDemand("b", 1e9, remaining=18_000.0, deadline=1.0)]
     assert ftf(jobs, 18, linear(18)) == fair(jobs, 18, linear(18))
+
+
+def test_where_no_order_is_on_time_the_phase_program_plans():
+    """8 workers, 100 samples/s each. "due" needs 4,300 samples in 6 s less the slack (5.7
+    s): 754/s, more than the 7 workers a plan that keeps "late" a worker gives it, so no
+    priority order is on time; the phase program (which may pause "late") is, and its first
+    phase gives "due" all it can take: 7 and 1, not ``fair``'s 4 and 4 (10.8 s)."""
+    from adloader.scheduling.policies.ftf import phase_plan
+
+    jobs = [JobDemand("due", 1e9, remaining=4_300.0, deadline=6.0),
+            JobDemand("late", 400.0, remaining=1_100.0, deadline=57.0)]
+    assert fair(jobs, 8, linear(8)) == {"due": 4, "late": 4}
+    assert ftf(jobs, 8, linear(8)) == {"due": 7, "late": 1}
+    mu, left = np.array([1e9, 400.0]), np.array([4_300.0, 1_100.0])
+    assert phase_plan(mu, left, np.array([1.0, 57.0]), linear(8), 8) is None  # none on time
+    capped = phase_plan(np.array([300.0, 400.0]), left, np.array([60.0, 60.0]), linear(8), 8)
+    assert capped.tolist() == [3, 4]  # each at its B·μ (300 and 400/s): the 8th not given
+    many = np.full(6, 1e9)
+    assert phase_plan(many, np.full(6, 100.0), np.full(6, 60.0), linear(8), 8) is None
 
 
 def test_ftf_queues_like_every_policy_and_takes_alpha():
