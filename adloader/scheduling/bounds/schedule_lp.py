@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from adloader.errors import InputError
+from adloader.scheduling.policies.phase_program import Groups, phase_program
 
 Options = Callable[[tuple[int, ...]], np.ndarray]  # present jobs -> (P, N) rates, samples/s
-Groups = list[tuple[list[int], list[float], float]]  # (jobs on a GPU, τ of each, its limit)
 # (jobs placed -> their GPUs, jobs waiting in arrival order) -> the GPUs of those placed now
 Admit = Callable[[dict[int, tuple[int, ...]], list[int]], dict[int, tuple[int, ...]]]
 
@@ -134,9 +134,6 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
     most C_i whatever its workers (its intake ceiling), r_i ≤ C_i — R shrinks again.
     ``deadline`` (seconds, one a job; inf: none): the schedules that complete each job by
     its deadline (no order that cannot is counted).
-
-    ``rates``: the best schedule's average rate of each job (samples/s) from now to the
-    first completion — what ``ftf`` runs where its own search finds no plan.
     """
     s = np.asarray(samples, dtype=float)
     n = len(s)
@@ -159,75 +156,20 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
     if loading <= 0 or np.any(s <= 0) or len(gpu_s) != n:
         raise InputError("least_mean_jct: loading > 0, and samples and gpu_s for every job")
     groups = list(zip(members, weight, limit, strict=True))
-    best: dict = {"mean_jct": np.inf, "order": None, "ends": None, "rates": None}
+    best: dict = {"mean_jct": np.inf, "order": None, "ends": None}
     for order in itertools.permutations(range(n)):
         phases = [(set(order[k:]), groups) for k in range(n)]
-        found = _phase_program(s, loading, intake, deadline, phases,
+        found = phase_program(s, loading, intake, deadline, phases,
                                {job: k + 1 for k, job in enumerate(order)}, [])
         if found is not None and found[0].sum() / n < best["mean_jct"] - 1e-12:
             best.update(mean_jct=float(found[0].sum()) / n, order=list(order),
-                        ends=[float(c) for c in found[0]], rates=found[1].tolist())
+                        ends=[float(c) for c in found[0]])
     busy = [sum(tau * s[i] for i, tau in zip(m, w, strict=True)) / cap
             for m, w, cap in zip(members, weight, limit, strict=True)]
     alone = [s[i] / intake[i] for i in range(n)
              if intake is not None and 0 < intake[i] < np.inf]
     best["makespan"] = float(max([s.sum() / loading, *busy, *alone]))
     return best
-
-
-def _phase_program(s: np.ndarray, loading: float, intake: Sequence[float] | None,
-                   deadline: Sequence[float] | None,
-                   phases: list[tuple[set[int], Groups]], done_at: dict[int, int],
-                   fixed: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The least Σ_i C_i of one sequence of phases, or None where none is feasible: phase p
-    lasts t_p, runs the jobs of its set, each GPU group busy at most its limit, the node
-    loading at most L; job i is done by the end of phase ``done_at[i]`` − 1, its C_i (from
-    the first phase's start) ≤ ``deadline[i]``; ``fixed``: (k, τ), the first k phases last τ
-    in all (an arrival's time). (C_i for every job, each job's rate in the first phase)."""
-    from scipy.optimize import linprog
-
-    n, count = len(s), len(phases)
-    width = count + count * n  # t_p, then y_{p,i}: the samples job i loads in phase p
-
-    def y(p: int, i: int) -> int:
-        return count + p * n + i
-
-    bounds = [(0, None)] * count + [(0, None) if i in phases[p][0] else (0, 0)
-                                    for p in range(count) for i in range(n)]
-    rows, rhs = [], []
-
-    def add(entries: dict[int, float], bound: float) -> None:
-        row = np.zeros(width)
-        for col, v in entries.items():
-            row[col] += v
-        rows.append(row)
-        rhs.append(bound)
-
-    for p, (present, groups) in enumerate(phases):
-        add({**{y(p, i): 1.0 for i in range(n)}, p: -loading}, 0.0)  # Σ_i y ≤ L·t_p
-        for i in present:  # its intake: y_{p,i} ≤ C_i·t_p
-            if intake is not None and 0 < intake[i] < np.inf:
-                add({y(p, i): 1.0, p: -float(intake[i])}, 0.0)
-        for m, w, cap in groups:  # GPU time: Σ_{i on g} τ_i·y_{p,i} ≤ cap·t_p
-            add({**{y(p, i): tau for i, tau in zip(m, w, strict=True)}, p: -cap}, 0.0)
-    cost = np.zeros(width)
-    for i in range(n):
-        k = done_at[i]
-        cost[:k] += 1.0  # Σ_i C_i = Σ_i Σ_{p < done_at[i]} t_p
-        add({y(p, i): -1.0 for p in range(k)}, -float(s[i]))  # done: Σ_p y_{p,i} ≥ S_i
-        if deadline is not None and deadline[i] < np.inf:
-            add(dict.fromkeys(range(k), 1.0), float(deadline[i]))
-    a_eq = np.zeros((len(fixed), width))
-    for r, (k, _) in enumerate(fixed):
-        a_eq[r, :k] = 1.0
-    res = linprog(cost, A_ub=np.array(rows), b_ub=np.array(rhs),
-                  A_eq=a_eq if fixed else None, b_eq=[t for _, t in fixed] if fixed else None,
-                  bounds=bounds, method="highs")
-    if res.status != 0:
-        return None
-    t = res.x[:count]
-    first = res.x[count:count + n] / t[0] if t[0] > 0 else np.zeros(n)
-    return np.array([t[:done_at[i]].sum() for i in range(n)]), first
 
 
 def least_mean_jct_arriving(samples: Sequence[float], arrival: Sequence[float],
@@ -270,7 +212,7 @@ def least_mean_jct_arriving(samples: Sequence[float], arrival: Sequence[float],
             done_at = {e[1]: k for k, e in enumerate(events) if e[0] == "done"}
             fixed = [(k, times[e[1]] - times[0]) for k, e in enumerate(events)
                      if e[0] == "arrive" and e[1] > 0]
-            found = _phase_program(s, loading, intake, limit, phases, done_at, fixed)
+            found = phase_program(s, loading, intake, limit, phases, done_at, fixed)
             if found is None:
                 continue
             ends = found[0]

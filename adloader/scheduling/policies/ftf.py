@@ -38,7 +38,7 @@ Per plan (re-solved at arrivals, completions and corrections):
    mean completion. No order meets every deadline (the priority plans keep every job a
    worker and re-plan only at completions): the first phase of the least-Σ C_i schedule
    that does, from the phase program over every completion order (``phase_plan``, up to
-   ``PHASED_JOBS`` jobs: ``schedule_lp.least_mean_jct`` on the node's L and each job's
+   ``PHASED_JOBS`` jobs: ``phase_program.least_sum_now`` on the node's L and each job's
    B·μ, rates rounded up to workers); none does either: ``fair``'s allocation (the
    per-instant floor). On the model's truth, closed loop, that took the dynamic mix from
    0.934× ``balance``'s mean JCT to 0.870× (``docs/benchmarks.md``). The planner runs it
@@ -63,6 +63,7 @@ import numpy as np
 
 from adloader.scheduling.kernels import loops
 from adloader.scheduling.policies.fair import DEFAULT_ALPHA, balance_plan, check_alpha, fair
+from adloader.scheduling.policies.phase_program import least_sum_now
 from adloader.scheduling.policies.policy import Decision, Policy
 from adloader.scheduling.policies.priority_plan import Rows
 from adloader.scheduling.policies.shadow_balance import ShadowBalance
@@ -151,11 +152,10 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
 def phase_plan(mu: np.ndarray, remaining: np.ndarray, deadline: np.ndarray,
                table: np.ndarray, capacity: int) -> np.ndarray | None:
     """Workers for the first phase of the least-Σ C_i schedule that meets every deadline
-    (``schedule_lp.least_mean_jct``: the node loading L(C) = λ(C; C), each job at most
+    (``phase_program.least_sum_now``: the node loading L(C) = λ(C; C), each job at most
     B·μ), or None where none does or past ``PHASED_JOBS`` jobs. Each job gets the fewest
     workers whose λ(d; C) reaches its rate in that phase, one at least; the largest give
     one back while the plan holds more than C."""
-    from adloader.scheduling.bounds.schedule_lp import least_mean_jct
 
     n, capacity = len(mu), min(int(capacity), table.shape[0] - 1)
     if n > PHASED_JOBS or capacity < n or not np.isfinite(deadline).all():
@@ -164,11 +164,10 @@ def phase_plan(mu: np.ndarray, remaining: np.ndarray, deadline: np.ndarray,
     loading = float(row[capacity])
     if loading <= 0 or (mu <= 0).any():
         return None
-    best = least_mean_jct(remaining, loading, np.zeros(n), [(i,) for i in range(n)],
-                          intake=mu, deadline=deadline)
-    if best["rates"] is None:
+    rates = least_sum_now(remaining, loading, mu, deadline)
+    if rates is None:
         return None
-    need = np.searchsorted(row, np.minimum(best["rates"], mu) * (1 - 1e-6))
+    need = np.searchsorted(row, np.minimum(rates, mu) * (1 - 1e-6))
     workers = np.clip(need, 1, capacity).astype(int)
     while workers.sum() > capacity:
         workers[np.argmax(workers)] -= 1
