@@ -160,7 +160,7 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
     for order in itertools.permutations(range(n)):
         phases = [(set(order[k:]), groups) for k in range(n)]
         found = phase_program(s, loading, intake, deadline, phases,
-                               {job: k + 1 for k, job in enumerate(order)}, [])
+                              {job: k + 1 for k, job in enumerate(order)}, [])
         if found is not None and found[0].sum() / n < best["mean_jct"] - 1e-12:
             best.update(mean_jct=float(found[0].sum()) / n, order=list(order),
                         ends=[float(c) for c in found[0]])

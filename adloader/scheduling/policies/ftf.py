@@ -156,9 +156,8 @@ def phase_plan(mu: np.ndarray, remaining: np.ndarray, deadline: np.ndarray,
     B·μ), or None where none does or past ``PHASED_JOBS`` jobs. Each job gets the fewest
     workers whose λ(d; C) reaches its rate in that phase, one at least; the largest give
     one back while the plan holds more than C."""
-
     n, capacity = len(mu), min(int(capacity), table.shape[0] - 1)
-    if n > PHASED_JOBS or capacity < n or not np.isfinite(deadline).all():
+    if n > PHASED_JOBS or capacity < n:
         return None
     row = table[capacity, :capacity + 1]
     loading = float(row[capacity])
