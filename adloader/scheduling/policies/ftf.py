@@ -36,13 +36,16 @@ Per plan (re-solved at arrivals, completions and corrections):
    the node no makespan (``docs/benchmarks.md``, "Priority that costs no makespan").
    ``ftf-turns`` takes the turns it refuses (anywhere within the deadlines), for a lower
    mean completion. No order meets every deadline (the priority plans keep every job a
-   worker and re-plan only at completions): the first phase of the least-Σ C_i schedule
-   that does, from the phase program over every completion order (``phase_plan``, up to
+   worker and re-plan only at completions): ``fair``'s allocation (the per-instant floor).
+   ``ftf-phased`` (opt-in) first tries the first phase of the least-Σ C_i schedule that
+   does, from the phase program over every completion order (``phase_plan``, up to
    ``PHASED_JOBS`` jobs: ``phase_program.least_sum_now`` on the node's L and each job's
-   B·μ, rates rounded up to workers); none does either: ``fair``'s allocation (the
-   per-instant floor). On the model's truth, closed loop, that took the dynamic mix from
-   0.934× ``balance``'s mean JCT to 0.870× (``docs/benchmarks.md``). The planner runs it
-   twice more with the GPU shares its plan leaves.
+   B·μ, rates rounded up to workers), ``fair`` where none does either. Simulated on the
+   model's truth, closed loop, that takes the dynamic mix from 0.934× ``balance``'s mean JCT
+   to 0.870×; it is not the default: it did not gain live on the emulated GPU node, and its
+   linear programs (scipy's, imported on first use: ~0.4 CPU-s) quadrupled a short run's
+   daemon CPU (``docs/benchmarks.md``). The planner runs it twice more with the GPU shares
+   its plan leaves.
 
 ``ftf`` (not ``ftf-turns``) plans no worker past D*, the fewest node workers loading within
 ``WORTH`` of the table's most (``worth_planning``), and its deadlines credit balance's workers
@@ -115,11 +118,14 @@ def worth_planning(table: np.ndarray, capacity: int, jobs: int) -> tuple[np.ndar
 
 
 def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
-        window: float = 0.0, slack: float = SLACK, keep_end: bool = True) -> dict[str, int]:
+        window: float = 0.0, slack: float = SLACK, keep_end: bool = True,
+        phased: bool = False) -> dict[str, int]:
     """The plan now (see the module). Jobs are read through ``.name``, ``.training_rate``
     (B·μ), ``.remaining`` (S_i) and ``.deadline`` (D_i, s from now; None: projected here).
     ``keep_end``: a stronger priority only where its last job ends no later than the
-    weakest priority's (``ftf``); False: anywhere within the deadlines (``ftf-turns``)."""
+    weakest priority's (``ftf``); False: anywhere within the deadlines (``ftf-turns``).
+    ``phased``: where no order is on time, the phase program's first phase before ``fair``
+    (``ftf-phased``)."""
     alpha = check_alpha(alpha)
     n = len(jobs)
     if n == 0:
@@ -143,9 +149,9 @@ def ftf(jobs: Sequence, capacity: int, loading, alpha: float = DEFAULT_ALPHA,
     best = _search(rows, mu, remaining, deadline, window, keep_end)
     if best is not None:
         return dict(zip((j.name for j in jobs), best[1].tolist(), strict=True))
-    phased = phase_plan(mu, remaining, deadline, table, planned)
-    if phased is not None:
-        return dict(zip((j.name for j in jobs), phased.tolist(), strict=True))
+    first = phase_plan(mu, remaining, deadline, table, planned) if phased else None
+    if first is not None:
+        return dict(zip((j.name for j in jobs), first.tolist(), strict=True))
     return fair(jobs, capacity, table, alpha)
 
 
@@ -235,10 +241,11 @@ class FinishFair(Policy):
     uses_lengths = True
     most_jobs = MAX_JOBS
 
-    def __init__(self, alpha: float = DEFAULT_ALPHA, keep_end: bool = True):
+    def __init__(self, alpha: float = DEFAULT_ALPHA, keep_end: bool = True,
+                 phased: bool = False):
         self.alpha = alpha
-        self.keep_end = keep_end
-        base = "ftf" if keep_end else "ftf-turns"
+        self.keep_end, self.phased = keep_end, phased
+        base = "ftf-phased" if phased else "ftf" if keep_end else "ftf-turns"
         self.name = base if alpha == DEFAULT_ALPHA else f"{base}:{alpha:g}"
         self.shadow: ShadowBalance | None = None  # made by ``rebase``, on the node's table
 
@@ -251,8 +258,14 @@ class FinishFair(Policy):
         """``ftf-turns``: turns that end the last job later, within the deadlines."""
         return cls(DEFAULT_ALPHA if param is None else check_alpha(param), keep_end=False)
 
+    @classmethod
+    def parse_phased(cls, param: str | None) -> FinishFair:
+        """``ftf-phased``: where no order is on time, the phase program's first phase."""
+        return cls(DEFAULT_ALPHA if param is None else check_alpha(param), phased=True)
+
     def __call__(self, jobs, capacity, loading) -> dict[str, int]:
-        return ftf(jobs, capacity, loading, self.alpha, keep_end=self.keep_end)
+        return ftf(jobs, capacity, loading, self.alpha, keep_end=self.keep_end,
+                   phased=self.phased)
 
     def rebase(self, capacity: int, loading) -> None:
         if self.keep_end:  # balance's run credits no gain the plans may not buy
@@ -289,11 +302,11 @@ class FinishFair(Policy):
         if not all(d.length_known):
             return fair(wanted, d.capacity, d.loading, alpha), wanted
         workers = ftf(wanted, d.capacity, d.loading, alpha, window=d.window,
-                      keep_end=self.keep_end)
+                      keep_end=self.keep_end, phased=self.phased)
         for _ in range(2):
             again = d.shares(workers)
             wanted = [replace(a, deadline=w.deadline)
                       for a, w in zip(again, wanted, strict=True)]
             workers = ftf(wanted, d.capacity, d.loading, alpha, window=d.window,
-                          keep_end=self.keep_end)
+                          keep_end=self.keep_end, phased=self.phased)
         return workers, wanted

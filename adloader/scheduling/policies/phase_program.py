@@ -4,8 +4,8 @@ Between consecutive events (completions, arrivals) a phase runs a fixed set of j
 long it lasts and how many samples each job loads in it are the variables, bounded by the
 node's loading L, each job's intake and each GPU's time (``schedule_lp``, the bounds that
 use it over every completion order). ``least_sum_now`` is the policy's use: the jobs present,
-every completion order, each job by its deadline; ``ftf`` runs its best schedule's first
-phase where no priority order is on time. Pure: scipy's HiGHS is imported inside.
+every completion order, each job by its deadline; ``ftf-phased`` runs its best schedule's
+first phase where no priority order is on time. Pure: scipy's HiGHS is imported inside.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ POLICIES: dict[str, Callable[[str | None], Policy]] = {
     "ftf": FinishFair.parse,  # least Σ C_i found, no job later than under balance / 0.95,
     # and the last no later than the plan of the most Σ T
     "ftf-turns": FinishFair.parse_turns,  # the same, the last job may end later (turns)
+    "ftf-phased": FinishFair.parse_phased,  # ftf, the phase program where no order is on time
 }
 
 
@@ -44,5 +45,6 @@ def get_policy(name: str | Policy) -> Policy:
         parse = POLICIES[base]
     except KeyError:
         raise InputError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)} "
-                         "(or fair:α, jct:α, ftf:α, ftf-turns:α, 0 ≤ α ≤ 1)") from None
+                         "(or fair:α, jct:α, ftf:α, ftf-turns:α, ftf-phased:α, "
+                         "0 ≤ α ≤ 1)") from None
     return parse(param if sep else None)

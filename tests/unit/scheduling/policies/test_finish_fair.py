@@ -211,13 +211,17 @@ def test_where_no_order_is_on_time_the_phase_program_plans():
     """8 workers, 100 samples/s each. "due" needs 4,300 samples in 6 s less the slack (5.7
     s): 754/s, more than the 7 workers a plan that keeps "late" a worker gives it, so no
     priority order is on time; the phase program (which may pause "late") is, and its first
-    phase gives "due" all it can take: 7 and 1, not ``fair``'s 4 and 4 (10.8 s)."""
+    phase gives "due" all it can take: 7 and 1, not ``fair``'s 4 and 4 (10.8 s). Only under
+    ``ftf-phased``: the default ``ftf`` takes ``fair``'s."""
     from adloader.scheduling.policies.ftf import phase_plan
 
     jobs = [JobDemand("due", 1e9, remaining=4_300.0, deadline=6.0),
             JobDemand("late", 400.0, remaining=1_100.0, deadline=57.0)]
     assert fair(jobs, 8, linear(8)) == {"due": 4, "late": 4}
-    assert ftf(jobs, 8, linear(8)) == {"due": 7, "late": 1}
+    assert ftf(jobs, 8, linear(8), phased=True) == {"due": 7, "late": 1}
+    assert get_policy("ftf-phased")(jobs, 8, linear(8)) == {"due": 7, "late": 1}
+    assert get_policy("ftf")(jobs, 8, linear(8)) == {"due": 4, "late": 4}
+    assert get_policy("ftf-phased:0.9").name == "ftf-phased:0.9"
     mu, left = np.array([1e9, 400.0]), np.array([4_300.0, 1_100.0])
     assert phase_plan(mu, left, np.array([1.0, 57.0]), linear(8), 8) is None  # none on time
     capped = phase_plan(np.array([300.0, 400.0]), left, np.array([60.0, 60.0]), linear(8), 8)
