@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from adloader.errors import InputError
-from adloader.scheduling.policies.phase_program import Groups, phase_program
+from adloader.scheduling.policies.phase_program import Groups, completion_orders, phase_program
 
 Options = Callable[[tuple[int, ...]], np.ndarray]  # present jobs -> (P, N) rates, samples/s
 # (jobs placed -> their GPUs, jobs waiting in arrival order) -> the GPUs of those placed now
@@ -157,13 +157,10 @@ def least_mean_jct(samples: Sequence[float], loading: float, gpu_s: Sequence[flo
         raise InputError("least_mean_jct: loading > 0, and samples and gpu_s for every job")
     groups = list(zip(members, weight, limit, strict=True))
     best: dict = {"mean_jct": np.inf, "order": None, "ends": None}
-    for order in itertools.permutations(range(n)):
-        phases = [(set(order[k:]), groups) for k in range(n)]
-        found = phase_program(s, loading, intake, deadline, phases,
-                              {job: k + 1 for k, job in enumerate(order)}, [])
-        if found is not None and found[0].sum() / n < best["mean_jct"] - 1e-12:
-            best.update(mean_jct=float(found[0].sum()) / n, order=list(order),
-                        ends=[float(c) for c in found[0]])
+    for order, (ends, _) in completion_orders(s, loading, intake, deadline, groups):
+        if ends.sum() / n < best["mean_jct"] - 1e-12:
+            best.update(mean_jct=float(ends.sum()) / n, order=list(order),
+                        ends=[float(c) for c in ends])
     busy = [sum(tau * s[i] for i, tau in zip(m, w, strict=True)) / cap
             for m, w, cap in zip(members, weight, limit, strict=True)]
     alone = [s[i] / intake[i] for i in range(n)

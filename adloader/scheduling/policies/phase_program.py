@@ -73,18 +73,28 @@ def phase_program(s: np.ndarray, loading: float, intake: Sequence[float] | None,
     return np.array([t[:done_at[i]].sum() for i in range(n)]), first
 
 
+def completion_orders(samples: np.ndarray, loading: float, intake: Sequence[float] | None,
+                      deadline: Sequence[float] | None, groups: Groups):
+    """(order, (C_i, first-phase rates)) for each completion order of the jobs present whose
+    phase program is feasible: the jobs leave one by one in that order, every GPU group the
+    same throughout. N! programs: for a handful of jobs."""
+    n = len(samples)
+    for order in itertools.permutations(range(n)):
+        found = phase_program(samples, loading, intake, deadline,
+                              [(set(order[k:]), groups) for k in range(n)],
+                              {job: k + 1 for k, job in enumerate(order)}, [])
+        if found is not None:
+            yield order, found
+
+
 def least_sum_now(samples: np.ndarray, loading: float, intake: np.ndarray,
                   deadline: np.ndarray) -> np.ndarray | None:
     """Each job's rate (samples/s) in the first phase of the least-Σ C_i schedule of the jobs
     present, over every completion order: the node loading at most ``loading``, each job at
     most its ``intake``, each done by its ``deadline`` (s from now; inf: none). None where no
-    order meets them. N! programs: for a handful of jobs."""
-    n = len(samples)
+    order meets them."""
     best: tuple[float, np.ndarray] | None = None
-    for order in itertools.permutations(range(n)):
-        found = phase_program(samples, loading, intake, deadline,
-                              [(set(order[k:]), []) for k in range(n)],
-                              {job: k + 1 for k, job in enumerate(order)}, [])
-        if found is not None and (best is None or found[0].sum() < best[0] - 1e-9):
-            best = (float(found[0].sum()), found[1])
+    for _, (ends, first) in completion_orders(samples, loading, intake, deadline, []):
+        if best is None or ends.sum() < best[0] - 1e-9:
+            best = (float(ends.sum()), first)
     return None if best is None else best[1]
