@@ -538,13 +538,6 @@ class ClosedLoop:
         can put the floor anywhere)."""
         return self.predict is None or len(self.spreads) >= self.settings.floor_windows
 
-    def _blurred(self) -> bool:
-        """Whether the node's measurement is known to be wider than the judge's tolerance
-        (the floor, read on ``floor_windows`` windows, above ``tolerance``): a move the model
-        gives no gain could then lose up to the floor and be kept."""
-        return len(self.spreads) >= self.settings.floor_windows \
-            and self._floor() > self.settings.tolerance
-
     def _untold(self, pair: tuple[str | None, str | None], gain: float) -> None:
         """A trial left untried under the floor: logged once while the same jobs run."""
         if pair not in self.untold:
@@ -593,12 +586,6 @@ class ClosedLoop:
         gain = None if self.predict is None else k * self._worth((donor, receiver), current)
         if gain is not None and self.rates \
                 and gain < -s.tolerance * self.rates[-1]:  # the judge would revert it
-            self._untold((donor, receiver), gain)
-            self.rejected.add((donor, receiver))
-            return self._move(now, current, remaining)
-        if gain is not None and self.rates and self._blurred() and not self._told(gain):
-            # the judge would keep it unless the node fell by more than the floor: a move
-            # the model gives less than that would stay or go by chance, at a trial's cost
             self._untold((donor, receiver), gain)
             self.rejected.add((donor, receiver))
             return self._move(now, current, remaining)
