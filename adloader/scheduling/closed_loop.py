@@ -19,12 +19,7 @@ jobs run. Where such a plan was the base and a job ends, the others start where 
 (the node measured fewer workers no worse; the even split would fork workers for them), the
 even split measured after it on the same payback rule. Once every job has trained its first
 batch and the new workers have delivered theirs, one window measures the node's rate (Σ of
-the jobs' measured samples/s) under each start in turn — but where the even split only takes
-workers from the asked-for counts (a shed of them), it is measured after them only where the
-model predicts the node reads better at it by more than the margin it would have to measure
-to replace them (below), else it is logged untold and the asked-for counts, measured, are
-the base: a window spent on fewer workers that the model says the judge would not keep
-could only cost; the better one is the *base* (the
+the jobs' measured samples/s) under each start in turn; the better one is the *base* (the
 carried start where it measured within ``tolerance`` of the best, which the guard still
 measures against; the asked-for counts where they measured within the noise of the best —
 ``tolerance`` or the start windows' half-to-half spread, whichever is wider: what the jobs
@@ -137,8 +132,6 @@ class ClosedLoop:
         self.jobs: dict[str, _Job] = {}
         self.target: dict[str, int] = {}  # the policy's plan
         self.predict: Callable[[str, int], float] | None = None  # T_j(d), the model's
-        # Σ_j T_j at a set of counts, the node's workers in all being their sum, the model's
-        self.predict_node: Callable[[Mapping[str, int]], float] | None = None
         self.ceiling: dict[str, float] = {}  # the model's ceiling of each job, samples/s
         self.phase = "idle"  # start | base | steady | trial | held
         self.even_rate: float | None = None  # the node measured under the even split
@@ -394,9 +387,6 @@ class ClosedLoop:
             self.events.append((None, "loop_even", {"rate": round(rate, 1)}))
         else:
             self.events.append((None, "loop_start", {"start": name, "rate": round(rate, 1)}))
-        if len(self.measured) < len(self.starts) and name == "requested" \
-                and self.starts[len(self.measured)][0] == "even" and not self._even_told(counts):
-            self.starts = self.starts[:len(self.measured)]  # the asked-for counts: the base
         if len(self.measured) < len(self.starts) and name == "planned" \
                 and not all(self._pays_back(n, current, remaining) for n in self.jobs):
             # the even split would fork workers for a window that a job ending soon leaves
@@ -423,27 +413,6 @@ class ClosedLoop:
             self.window_from = now + self._settle(current)
             return self._counts(self.base_counts, current)
         return self._move(now, current, remaining)
-
-    def _even_told(self, asked: Mapping[str, int]) -> bool:
-        """Whether the even split is measured after the asked-for counts ``asked``. Where
-        it only takes workers from them (every job asked for its even share at least: a
-        shed), it could become the base only by measuring better than them by more than
-        ``tolerance`` or the floor, whichever is wider (``_incumbent``): it is measured only
-        where the model predicts the node reads better at it by more than that; else its
-        window could only cost (fewer workers for a window, forked again after it) and it
-        is logged untold. Without the model's node rate, or where it moves workers between
-        jobs, it is measured."""
-        if self.predict_node is None or any(asked.get(n, 0) < d
-                                            for n, d in self.even_counts.items()):
-            return True
-        at_asked = self.predict_node(asked)
-        gain = (self.predict_node(self.even_counts) - at_asked) / max(at_asked, 1e-9)
-        margin = max(self.settings.tolerance, self._floor())
-        if gain > margin:
-            return True
-        self.events.append((None, "loop_untold", {"start": "even", "gain": round(gain, 3),
-                                                  "floor": round(margin, 3)}))
-        return False
 
     def _incumbent(self, best: tuple[str, dict[str, int], float]
                    ) -> tuple[str, dict[str, int], float] | None:
@@ -739,13 +708,3 @@ class ClosedLoop:
         self.window_from = now + self._settle(current, trial.donor)
         return {trial.donor: current[trial.donor] + trial.workers,
                 trial.receiver: current[trial.receiver] - trial.workers}
-
-
-def predicted_node_rate(rate: Callable[[int, int], float], ceiling: Mapping[str, float],
-                        counts: Mapping[str, int]) -> float:
-    """The node's rate the model predicts at ``counts``: Σ_j min(C_j, λ(d_j; D)), D = Σ_j d_j
-    the node's workers in all (``rate(d, D)``: its loading rate λ; ``ceiling``: each job's
-    ceiling, samples/s) — what ``ClosedLoop.predict_node`` is made of."""
-    total = sum(counts.values())
-    return float(sum(min(ceiling.get(n, 0.0), float(rate(d, total)))
-                     for n, d in counts.items()))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
@@ -23,7 +22,7 @@ from adloader.config import ARRIVAL_SETTLE_S
 from adloader.device.device_profile import DeviceProfile
 from adloader.errors import InputError
 from adloader.models import features
-from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings, predicted_node_rate
+from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
 from adloader.scheduling.model import correction
 from adloader.scheduling.model.throughput import ThroughputModel
 from adloader.scheduling.planner import PlanJob, admit, plan
@@ -279,7 +278,6 @@ class Simulator:
         loop.predict = lambda name, d: float(min(ceiling.get(name, 0.0),
                                                  table[node, max(0, min(d, node))]))
         loop.ceiling = ceiling
-        loop.predict_node = partial(predicted_node_rate, self.model.loading.rate, ceiling)
         planned = {k: by_name[k].spec.batch_size for k in decision.workers}
         if set(planned) == loop.names:
             return {k: by_name[k].workers for k in planned}, []

@@ -21,7 +21,6 @@ policy told) it carries out. What is tracked of a job is ``daemon.control.live``
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 from adloader.config import ARRIVAL_SETTLE_S
 from adloader.errors import ConflictError
@@ -35,7 +34,7 @@ from adloader.protocol import (
     Resize,
     Resume,
 )
-from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings, predicted_node_rate
+from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
 from adloader.scheduling.model import correction
 from adloader.scheduling.model.intake import IntakeCeiling
 from adloader.scheduling.model.samples import LoadingSample, TrainingSample
@@ -410,7 +409,6 @@ class Scheduler:
         loop.predict = lambda name, d: float(min(ceiling.get(name, 0.0),
                                                  table[node, max(0, min(d, node))]))
         loop.ceiling = ceiling
-        loop.predict_node = partial(predicted_node_rate, self.model.loading.rate, ceiling)
         if set(planned) == loop.names:
             return {k: self.jobs[k].workers for k in planned}, []
         counts = loop.reset(self.clock(), planned,

@@ -15,7 +15,7 @@ from adloader.daemon.control.live import LiveJob
 from adloader.daemon.control.scheduler import Scheduler
 from adloader.daemon.control.tokens import TokenDigest
 from adloader.protocol import Allocation, Heartbeat, JobFeatures, Paused, Register, Resize
-from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings, predicted_node_rate
+from adloader.scheduling.closed_loop import ClosedLoop, LoopSettings
 from adloader.scheduling.model.intake import FLOOR_MAX, WEIGHT, IntakeCeiling
 from adloader.scheduling.planner import PlanJob, plan
 
@@ -373,64 +373,6 @@ def test_asked_for_counts_stay_where_the_even_split_measures_better_only_within_
     assert base and base[0]["rates"]["even"] > base[0]["rates"]["requested"]
     assert base[0]["start"] == "requested"
     assert truth.sent == dict.fromkeys(names, 7) == loop.base_counts
-
-
-def asked_for_truth(requested: dict[str, int], per_node_worker: float) -> tuple:
-    """The truth of the first test above (each worker loads half a worker's rate: more of
-    them load more), as asked, with the model's node rate: ``per_node_worker`` samples/s
-    each worker adds in all (negative: the node's workers contend)."""
-    loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0))
-    names = sorted(requested)
-    loop.target = dict(requested)  # the plan: as asked, no move to try
-    loop.predict_node = lambda counts: 5000.0 + per_node_worker * sum(counts.values())
-    truth = Truth(loop, lambda n, d: PER_WORKER * min(d, 8) * 0.5, names, requested=requested)
-    truth.run(40)
-    return loop, truth
-
-
-def test_the_even_split_is_not_measured_where_the_model_predicts_no_gain_over_the_asked_for():
-    """The even split only takes workers from the asked-for 8 each (a shed), and the model
-    predicts the node loads more with more workers: the even split could become the base only
-    by measuring better beyond the tolerance, which the model says it will not; it is logged
-    untold, never sent, and the asked-for counts, measured, are the base (the guard's too)."""
-    names = ["a", "b", "c"]
-    loop, truth = asked_for_truth(dict.fromkeys(names, 8), per_node_worker=20.0)
-    assert all(counts == dict.fromkeys(names, 8) for _, counts in truth.history)
-    untold = [e[2] for e in loop.events if e[1] == "loop_untold" and e[2].get("start")]
-    assert untold == [{"start": "even", "gain": untold[0]["gain"], "floor": 0.03}]
-    assert untold[0]["gain"] < 0
-    assert [m[0] for m in loop.measured] == ["requested"] and loop.even_rate is None
-    assert loop.base_start == "requested" and loop.base_counts == dict.fromkeys(names, 8)
-    assert loop.base_rate == pytest.approx(3 * PER_WORKER * 8 * 0.5, rel=0.1)
-    assert not [e for e in loop.events if e[1] == "loop_base"]  # one start measured
-
-
-def test_the_even_split_is_measured_where_the_model_predicts_it_gains_or_moves_workers():
-    """The model predicts the node's workers contend (each one more costs 100 samples/s in
-    all): the even split, 8 fewer, is predicted 31 % better and measured (here it reads worse,
-    and the asked-for counts stay). Where the asked-for counts give a job less than its even
-    share, the even split moves workers between jobs: measured whatever the model says."""
-    names = ["a", "b", "c"]
-    loop, truth = asked_for_truth(dict.fromkeys(names, 8), per_node_worker=-100.0)
-    assert [m[0] for m in loop.measured] == ["requested", "even"]
-    assert loop.base_start == "requested"
-    loop, truth = asked_for_truth({"a": 10, "b": 4, "c": 6}, per_node_worker=20.0)
-    assert [m[0] for m in loop.measured] == ["requested", "even"]
-    assert any(counts == {"a": 6, "b": 5, "c": 5} for _, counts in truth.history)
-
-
-def test_the_models_node_rate_sums_each_jobs_loading_within_its_ceiling_at_the_nodes_total():
-    seen = []
-
-    def rate(d, node):
-        seen.append((d, node))
-        return 100.0 * d / node * min(node, 16)
-
-    counts = {"a": 6, "b": 6, "c": 6}
-    assert predicted_node_rate(rate, {"a": 1e9, "b": 1e9, "c": 250.0}, counts) \
-        == pytest.approx(2 * 100 * 6 / 18 * 16 + 250.0)
-    assert seen == [(6, 18)] * 3  # the node's workers in all: the counts' sum, past 16
-    assert predicted_node_rate(rate, {}, counts) == 0.0  # no ceiling known: no rate
 
 
 def test_asked_for_counts_are_measured_only_between_the_even_split_and_the_loops_bound():
@@ -792,9 +734,6 @@ def test_the_scheduler_under_ftf_keeps_the_node_at_its_even_split_when_the_model
                     pending.append((now[0] + 1.0, name, msg.workers, msg.seq))
     assert sorted(applied.values()) == [5, 5, 6]
     assert sched.loop.even_rate is not None
-    asked = dict.fromkeys(names, 6)  # the model's node rate, at 18 workers in all
-    assert 0 < sched.loop.predict_node(asked) == pytest.approx(predicted_node_rate(
-        paper_model.loading.rate, sched.loop.ceiling, asked))
 
 
 def test_a_job_resumed_alone_gets_the_even_split_back(paper_model):
