@@ -11,7 +11,7 @@ first phase where no priority order is on time. Pure: scipy's HiGHS is imported 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -74,7 +74,8 @@ def phase_program(s: np.ndarray, loading: float, intake: Sequence[float] | None,
 
 
 def completion_orders(samples: np.ndarray, loading: float, intake: Sequence[float] | None,
-                      deadline: Sequence[float] | None, groups: Groups):
+                      deadline: Sequence[float] | None, groups: Groups
+                      ) -> Iterator[tuple[tuple[int, ...], tuple[np.ndarray, np.ndarray]]]:
     """(order, (C_i, first-phase rates)) for each completion order of the jobs present whose
     phase program is feasible: the jobs leave one by one in that order, every GPU group the
     same throughout. N! programs: for a handful of jobs."""
