@@ -38,7 +38,8 @@ Where the plan runs fewer workers in all than the node runs (a node whose loadin
 below its workers), the loop also sheds toward it: ``step`` workers fewer for the job
 furthest over its planned count, a trial kept unless the node's rate fell, like a move.
 A kept shed or probe, like a kept move, is followed at once by the next trial.
-Once no move toward the plan is left to try, the loop probes the node's capacity: a worker
+Once no move toward the plan is left to try, or where the model predicts a probe gains more
+than the next move, the loop probes the node's capacity: a worker
 or two more for the job furthest below its ceiling, past the node's cores if need be (a
 worker that waits on a full queue or on the trainer leaves its core idle), kept only if the
 node's measured rate rose by ``grow_gain`` at least, and never past ``grow_to`` × the node's
@@ -558,6 +559,10 @@ class ClosedLoop:
             self._untold((donor, receiver), gain)
             self.rejected.add((donor, receiver))
             return self._move(now, current, remaining)
+        if gain is not None:  # the trial the model predicts gains most goes first
+            probe = self._grow(now, current, remaining, beyond=gain)
+            if probe:
+                return probe
         self.trial = _Trial(donor, receiver, k, self.rates[-1], self._noise(), predicted=gain)
         self.phase = "trial"
         return {donor: current[donor] - k, receiver: current[receiver] + k}
@@ -593,9 +598,12 @@ class ClosedLoop:
         return min(spread, self._floor()) if self.spreads else spread
 
     def _grow(self, now: float, current: Mapping[str, int],
-              remaining: Mapping[str, float] | None) -> dict[str, int]:
+              remaining: Mapping[str, float] | None,
+              beyond: float | None = None) -> dict[str, int]:
         """A capacity probe: ``step`` workers more for the job furthest below its ceiling
-        (measured rate against the model's), none taken from another."""
+        (measured rate against the model's), none taken from another; with ``beyond`` (a
+        move's predicted gain, samples/s), only where the model predicts the probe gains
+        more (else nothing: the move goes first)."""
         s = self.settings
         room = self.most() - sum(current.get(n, 0) for n in self.jobs)
         if room <= 0 or not self._known():
@@ -618,6 +626,8 @@ class ClosedLoop:
         if cap is not None:
             k = min(k, cap - current[receiver])
         gain = self._gain(receiver, current[receiver], current[receiver] + k)
+        if beyond is not None and (gain is None or gain <= beyond):
+            return {}
         if not self._told(gain):
             self._untold((None, receiver), gain)
             return {}

@@ -563,6 +563,26 @@ def test_a_probe_waits_until_the_floor_is_read_on_three_windows():
         assert (read >= 3) == (windows == 3), (windows, read)
 
 
+def test_the_trial_the_model_predicts_gains_most_goes_first():
+    """The plan moves 2 of a's workers to b (a absorbs 4, b 5 in the truth) and c is below
+    its ceiling (8 workers' worth). Where the model knows b's ceiling, the move is predicted
+    to gain nothing and the capacity probe for c (2 workers' worth) goes first; where the
+    model gives b 7 workers' worth, the move is predicted to gain as much as the probe and
+    goes first (a tie keeps the plan's order). Both end with every trial judged."""
+    for b_model, first in ((5, {"a": 6, "b": 5, "c": 7}), (7, {"a": 4, "b": 7, "c": 5})):
+        loop = ClosedLoop(16, LoopSettings(window_s=2.0, dwell_s=0.0, floor_windows=1))
+        loop.target = {"a": 4, "b": 7, "c": 5}
+        loop.ceiling = {"a": 4 * PER_WORKER, "b": b_model * PER_WORKER, "c": 8 * PER_WORKER}
+        loop.predict = lambda n, d, top=dict(loop.ceiling): float(min(PER_WORKER * d, top[n]))
+        truth = Truth(loop, lambda n, d: PER_WORKER * min(d, {"a": 4, "b": 5, "c": 8}[n]),
+                      ["a", "b", "c"])
+        truth.run(80)
+        assert truth.history[1][1] == first, b_model
+        judged = [e[2] for e in loop.events if e[1] in ("loop_kept", "loop_reverted")]
+        assert judged[0]["from"] == (None if b_model == 5 else "a")
+        assert truth.sent["a"] == 4 and truth.sent["c"] == 9  # the move and both probes kept
+
+
 def test_one_window_read_far_off_does_not_widen_the_judge():
     """The first move toward the plan loses 2 of b's workers' worth (a absorbs no more than
     5) and goes back; the window after it reads 40 % low (a job's phase: an evaluation,
