@@ -112,7 +112,6 @@ class _Job:
     applied_at: float = 0.0
     resized_at: float = -math.inf
     offset: float = math.inf  # the least (received − sent) of its beats: the clocks' offset
-    sent: float = -math.inf  # its last beat's own clock
 
 
 @dataclasses.dataclass
@@ -309,9 +308,6 @@ class ClosedLoop:
             return
         at = now
         if sent is not None:
-            if sent < job.sent:  # a clock that went back (a master started anew): anew
-                job.offset = math.inf
-            job.sent = sent
             job.offset = min(job.offset, now - sent)
             at = min(now, sent + job.offset)
             if job.beats:  # the offset only shrinks: never before the beat before

@@ -163,19 +163,6 @@ def test_a_beat_is_timed_when_its_count_was_read_not_when_it_arrived():
             assert max(errors) > 0.05 and loop._floor() > 0.03
 
 
-def test_a_beat_from_a_clock_that_went_back_is_timed_anew_not_frozen():
-    """A job's master starts anew and its clock reads 900 s less: its next beats are timed
-    from their arrival again (the offset measured anew), not all at the last beat's time."""
-    loop = ClosedLoop(16)
-    loop.reset(0.0, {"a": B})
-    for k in range(1, 5):
-        loop.beat(10.0 + k, "a", 10 * k, True, sent=1000.0 + k)
-    for k in range(5, 9):
-        loop.beat(10.0 + k, "a", 10 * k, True, sent=100.0 + k)
-    times = [t for t, _ in loop.jobs["a"].beats]
-    assert times == pytest.approx([11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0])
-
-
 def test_the_loop_starts_even_and_moves_nothing_before_every_job_trained_a_batch():
     loop = ClosedLoop(16, LoopSettings(window_s=2.0))
     loop.target = {"a": 12, "b": 2, "c": 2}
