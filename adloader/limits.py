@@ -17,7 +17,6 @@ MAX_FLOPS_G = 1e6  # f: forward GFLOPs per sample (1 PFLOP)
 MAX_PARAMS_M = 1e6  # M: million parameters (a trillion)
 MAX_STEP_S = 86_400.0  # 1/μ: one step of a day
 MAX_RATE = 1e9  # samples/s
-MAX_CLOCK_S = 1e12  # a process's monotonic clock, s (30,000 years of uptime)
 MAX_COUNTER = 2**53  # iterations done, sequence numbers: exact in a JSON double
 MAX_PID = 2**31 - 1
 EXIT_CODE_RANGE = (-(2**31), 2**31 - 1)  # an int32, as waitpid reports it

@@ -48,7 +48,6 @@ Token = Annotated[str, Meta(min_length=1, max_length=limits.MAX_TOKEN)]
 Count = Annotated[int, Meta(ge=0, le=limits.MAX_COUNTER)]
 Workers = Annotated[int, Meta(ge=0, le=limits.MAX_WORKERS)]
 Seconds = Annotated[float, Meta(ge=0, le=limits.MAX_STEP_S)]  # bounded: no NaN, no infinity
-Clock = Annotated[float, Meta(ge=0, le=limits.MAX_CLOCK_S)]  # time.monotonic() of the sender
 ExitCode = Annotated[int, Meta(ge=limits.EXIT_CODE_RANGE[0], le=limits.EXIT_CODE_RANGE[1])]
 Text = Annotated[str, Meta(max_length=limits.MAX_TEXT)]
 Name = Annotated[str, Meta(max_length=limits.MAX_NAME)]
@@ -151,9 +150,6 @@ class Heartbeat(_Msg, kw_only=True):
     samples_per_s: Annotated[float, Meta(ge=0, le=limits.MAX_RATE)]
     workers: Workers
     applied_seq: Count = 0  # the last command applied
-    # the master's time.monotonic() when it read ``iteration`` (None: a master before it);
-    # the daemon times the count by it, not by when the beat reached it
-    at: Clock | None = None
 
 
 class Paused(_Msg, kw_only=True):

@@ -111,7 +111,6 @@ class _Job:
     applied: bool = False  # its last command applied (its heartbeats say so)
     applied_at: float = 0.0
     resized_at: float = -math.inf
-    offset: float = math.inf  # the least (received − sent) of its beats: the clocks' offset
 
 
 @dataclasses.dataclass
@@ -295,24 +294,13 @@ class ClosedLoop:
         return out
 
     # -- what the node measures ----------------------------------------------------------
-    def beat(self, now: float, name: str, iteration: int, applied: bool,
-             sent: float | None = None) -> None:
-        """A heartbeat of job ``name``, received at ``now``: its iterations so far; whether
-        its last command is applied; ``sent``: the job's own clock when it read the count
-        (None: not sent). The count is timed by ``sent`` shifted onto this clock by the
-        least delay seen from that job (``sent`` + min(now − sent), never after ``now``):
-        a beat that waited for a busy core, in the job or here, is timed when it was read,
-        not when it arrived."""
+    def beat(self, now: float, name: str, iteration: int, applied: bool) -> None:
+        """A heartbeat of job ``name``: its iterations so far; whether its last command is
+        applied."""
         job = self.jobs.get(name)
         if job is None:
             return
-        at = now
-        if sent is not None:
-            job.offset = min(job.offset, now - sent)
-            at = min(now, sent + job.offset)
-            if job.beats:  # the offset only shrinks: never before the beat before
-                at = max(at, job.beats[-1][0])
-        job.beats.append((at, iteration))
+        job.beats.append((now, iteration))
         if applied and not job.applied:
             job.applied_at = now
         job.applied = applied

@@ -71,7 +71,6 @@ class ChannelHandler:
                 data_wait_s=state.wait_sum / count if count else 0.0,
                 samples_per_s=state.samples / elapsed if elapsed > 0 else 0.0,
                 workers=state.workers, applied_seq=max(state.applied_seq, 0),
-                at=time.monotonic(),
             )
             state.reset_interval()
         return beat

@@ -36,8 +36,6 @@ FEATURES = {"batch_size": 32, "flops_g": 1.0, "params_m": 10.0}
      "features.batch_size"),
     (lambda: Heartbeat(job="j", token="t", iteration=1, step_s=-1.0, data_wait_s=0.0,
                        samples_per_s=1.0, workers=1), "step_s"),
-    (lambda: Heartbeat(job="j", token="t", iteration=1, step_s=0.1, data_wait_s=0.0,
-                       samples_per_s=1.0, workers=1, at=float("nan")), "at"),
     (lambda: Allocation(seq=1, workers=2, cache="../x"), "cache"),
 ])
 def test_a_message_built_out_of_its_bounds_is_refused_naming_the_field(build, field):
@@ -77,15 +75,3 @@ def test_the_frame_is_the_pydantic_release_s_field_for_field():
     assert encode(beat).count(b'"samples_per_s":3.0') == 1
     assert encode(Allocation(seq=1, workers=2)) == \
         b'{"type":"allocation","seq":1,"workers":2,"heartbeat_s":1.0}'
-
-
-def test_a_heartbeat_carries_when_its_count_was_read_and_one_without_it_still_decodes():
-    """``at``: the master's monotonic clock when it read ``iteration``, which the daemon
-    times the count by; a master of the release before sends none (None), and a daemon of
-    that release ignores it (unknown fields are ignored both ways)."""
-    beat = Heartbeat(job="j", token="t", iteration=5, step_s=0.1, data_wait_s=0.0,
-                     samples_per_s=3, workers=2, at=1234.5)
-    assert decode_from_job(encode(beat)).at == 1234.5
-    old = {"type": "heartbeat", "job": "j", "token": "t", "iteration": 5, "step_s": 0.1,
-           "data_wait_s": 0.0, "samples_per_s": 3.0, "workers": 2}
-    assert decode_from_job(json.dumps(old).encode()).at is None

@@ -370,27 +370,6 @@ def test_a_job_that_ended_before_a_restart_stays_ended(sched, state):
 
 # -- heartbeats, samples, lost and revived ------------------------------------------------
 
-def test_the_loop_times_a_beat_by_when_its_master_read_the_count(paper_model, clock):
-    """A beat says when its master read the count (``at``, its monotonic clock); the closed
-    loop times the count by it, shifted by the least delay seen from that job: the second
-    beat, 0.8 s late, is timed 1 s after the first, as it was read."""
-    sched = Scheduler(capacity=CAPACITY, gpus=GPUS, policy="ftf", model=paper_model,
-                      tokens=TokenDigest(b"k" * 32), arrival_window_s=ARRIVAL_S,
-                      completion_window_s=COMPLETION_S, heartbeat_s=1.0,
-                      lost_timeout_s=LOST_S, max_jobs_per_gpu=2, cancel_grace_s=GRACE_S,
-                      clock=clock, closed_loop=True)
-    start(sched, clock, "j-000001")
-    job = sched.jobs["j-000001"]
-    for iteration, at, late in ((10, 500.0, 0.1), (20, 501.0, 0.8), (30, 502.0, 0.1)):
-        clock.now = at - 400.0 + late  # the daemon's clock runs 400 s behind the job's
-        sched.message(peer(job.id), Heartbeat(job=job.id, token=token(job.id),
-                                              iteration=iteration, step_s=0.096,
-                                              data_wait_s=0.004, samples_per_s=320.0,
-                                              workers=4, at=at))
-    times = [t for t, _ in sched.loop.jobs[job.id].beats][-3:]
-    assert times == pytest.approx([100.1, 101.1, 102.1])
-
-
 def test_heartbeats_report_progress_and_yield_samples(sched, clock):
     start(sched, clock, "j-000001", "j-000002")
     job = sched.jobs["j-000001"]
