@@ -77,6 +77,8 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
+CLOCK_SLACK_S = 1.0  # a beat's delay, rebuilt, within this of the least seen: trusted
+
 
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
@@ -111,6 +113,8 @@ class _Job:
     applied: bool = False  # its last command applied (its heartbeats say so)
     applied_at: float = 0.0
     resized_at: float = -math.inf
+    clock: float | None = None  # its own clock at its last beat, rebuilt from its beats
+    offset: float = math.inf  # the least (received − own clock) of its beats since then
 
 
 @dataclasses.dataclass
@@ -294,13 +298,39 @@ class ClosedLoop:
         return out
 
     # -- what the node measures ----------------------------------------------------------
-    def beat(self, now: float, name: str, iteration: int, applied: bool) -> None:
-        """A heartbeat of job ``name``: its iterations so far; whether its last command is
-        applied."""
+    def beat(self, now: float, name: str, iteration: int, applied: bool,
+             samples_per_s: float | None = None) -> None:
+        """A heartbeat of job ``name``, received at ``now``: its iterations so far; whether
+        its last command is applied; ``samples_per_s``: the rate its master measured over the
+        beat's interval, on the job's own clock (None: not known).
+
+        The count is timed by the job's clock, not by when the beat arrived: a beat that
+        waited for a busy core, in the job or here, lands late, and a count timed by its
+        arrival reads the rates around it wrong. The master's intervals tile its clock, each
+        as long as its samples over its rate, so the clock at each beat is rebuilt from the
+        beats (iterations × batch ÷ rate added beat by beat) and shifted onto this clock by
+        the least delay seen since (never after ``now``, never before the beat before). An
+        interval with no samples, a count that went back, or a beat whose delay so rebuilt
+        exceeds the least by more than ``CLOCK_SLACK_S`` (a batch the master counts larger
+        than the daemon was told: a clock that falls behind) starts the clock anew at the
+        beat's arrival; one that runs ahead is held to arrival by the least delay."""
         job = self.jobs.get(name)
         if job is None:
             return
-        job.beats.append((now, iteration))
+        last = job.beats[-1] if job.beats else None
+        if last is not None and job.clock is not None and samples_per_s and iteration > last[1]:
+            clock = job.clock + (iteration - last[1]) * job.batch_size / samples_per_s
+            trusted = abs(now - clock - job.offset) <= CLOCK_SLACK_S
+            job.clock = clock if trusted else None
+        else:
+            job.clock = None
+        if job.clock is None:  # the clock anew: timed by arrival from here
+            job.clock, job.offset = now, 0.0
+        job.offset = min(job.offset, now - job.clock)
+        at = min(now, job.clock + job.offset)
+        if last is not None:
+            at = max(at, last[0])
+        job.beats.append((at, iteration))
         if applied and not job.applied:
             job.applied_at = now
         job.applied = applied

@@ -503,7 +503,8 @@ class Scheduler:
         if job.state == "running":
             job.intake.observe(msg.step_s, msg.data_wait_s)  # C_j: from the first beat on
             if self.loop is not None:
-                self.loop.beat(self.clock(), job.id, msg.iteration, msg.applied_seq >= job.seq)
+                self.loop.beat(self.clock(), job.id, msg.iteration, msg.applied_seq >= job.seq,
+                               msg.samples_per_s)
                 if job.intake.beats == 1:  # a first C_j: the plan the loop walks toward
                     self._open(0.0)
         if msg.step_s > 0 and iteration_s > 0 and job.state == "running":

@@ -370,6 +370,29 @@ def test_a_job_that_ended_before_a_restart_stays_ended(sched, state):
 
 # -- heartbeats, samples, lost and revived ------------------------------------------------
 
+def test_the_loop_times_a_beat_by_its_jobs_clock_rebuilt_from_the_beats_rates(paper_model,
+                                                                               clock):
+    """The master measures each beat's rate over its own interval; the closed loop rebuilds
+    the job's clock from those rates and times each count by it, shifted by the least delay
+    seen: the third beat, 0.8 s late, is timed 1 s after the second, as it was read."""
+    sched = Scheduler(capacity=CAPACITY, gpus=GPUS, policy="ftf", model=paper_model,
+                      tokens=TokenDigest(b"k" * 32), arrival_window_s=ARRIVAL_S,
+                      completion_window_s=COMPLETION_S, heartbeat_s=1.0,
+                      lost_timeout_s=LOST_S, max_jobs_per_gpu=2, cancel_grace_s=GRACE_S,
+                      clock=clock, closed_loop=True)
+    start(sched, clock, "j-000001")
+    job = sched.jobs["j-000001"]
+    for iteration, read, late in ((10, 100.0, 0.1), (20, 101.0, 0.1), (30, 102.0, 0.8),
+                                  (40, 103.0, 0.1)):
+        clock.now = read + late
+        sched.message(peer(job.id), Heartbeat(job=job.id, token=token(job.id),
+                                              iteration=iteration, step_s=0.096,
+                                              data_wait_s=0.004,
+                                              samples_per_s=10.0 * job.batch_size, workers=4))
+    times = [t for t, _ in sched.loop.jobs[job.id].beats][-4:]
+    assert times == pytest.approx([100.1, 101.1, 102.1, 103.1])
+
+
 def test_heartbeats_report_progress_and_yield_samples(sched, clock):
     start(sched, clock, "j-000001", "j-000002")
     job = sched.jobs["j-000001"]

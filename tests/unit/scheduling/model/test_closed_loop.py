@@ -133,6 +133,64 @@ def even_truth_rate(truth: Truth) -> float:
     return sum(truth.rate(n, d) for n, d in truth.loop.even_counts.items())
 
 
+def late_beats(delays, per_beat: int = 5, beats: int = 120):
+    """Three jobs train 10 batches/s each, exactly; a beat every 0.5 s, each reaching the
+    daemon ``delays`` late (in order: one socket a job). (arrival, job, iteration)."""
+    out = []
+    for i, n in enumerate("abc"):
+        arrived = 0.0
+        for k in range(1, beats):
+            arrived = max(arrived, k * 0.5 + delays[3 * k + i])
+            out.append((arrived, n, per_beat * k))
+    return sorted(out)
+
+
+def test_a_count_is_timed_by_the_jobs_own_clock_rebuilt_from_its_beats_not_by_arrival():
+    """Beats 0–0.6 s late, as under a busy core. Timed on arrival, the node's 4 s windows read
+    up to tens of per cent off and their halves far apart (the floor); timed by each job's
+    clock rebuilt from its beats' rates (samples over the master's interval), every window
+    reads the true rate — and no beat is timed after it arrived."""
+    delays = np.random.default_rng(3).uniform(0.0, 0.6, 400)
+    for timed in (False, True):
+        loop = ClosedLoop(16, LoopSettings(window_s=4.0))
+        loop.reset(0.0, dict.fromkeys("abc", B))
+        for now, n, iteration in late_beats(delays):
+            loop.beat(now, n, iteration, True, 10.0 * B if timed else None)
+            assert loop.jobs[n].beats[-1][0] <= now
+        rates = [loop.node_rate(t, t + 4.0) for t in range(5, 50, 4)]
+        errors = [abs(r / (3 * 10 * B) - 1) for r in rates]
+        for t in range(5, 50, 4):
+            loop._spread(t, t + 4.0, loop.node_rate(t, t + 4.0))
+        if timed:
+            assert max(errors) < 0.01 and loop._floor() < 0.01
+        else:
+            assert max(errors) > 0.05 and loop._floor() > 0.03
+
+
+def test_a_clock_that_cannot_be_rebuilt_is_never_trusted_past_the_slack():
+    """Masters that count samples otherwise (job a's batches twice the size the daemon was
+    told: its rebuilt clock runs at half speed; job c's half: twice as fast) and a stall
+    (beats with no samples): no count is timed after it arrived nor more than the slack and
+    the largest delay before it, and the others' windows read the true rate again after the
+    stall."""
+    from adloader.scheduling.closed_loop import CLOCK_SLACK_S
+
+    delays = np.random.default_rng(4).uniform(0.0, 0.6, 400)
+    loop = ClosedLoop(16, LoopSettings(window_s=4.0))
+    loop.reset(0.0, dict.fromkeys("abc", B))
+    told = {"a": 20.0 * B, "b": 10.0 * B, "c": 5.0 * B}
+    slow = []
+    for now, n, iteration in late_beats(delays):
+        stalled = 20.0 <= now < 25.0
+        loop.beat(now, n, iteration, True, 0.0 if stalled else told[n])
+        at = loop.jobs[n].beats[-1][0]
+        assert now - CLOCK_SLACK_S - 0.6 <= at <= now
+        slow.append(now - at) if n == "a" else None
+    assert max(slow) > 0.5 * CLOCK_SLACK_S  # the slow clock was followed, then started anew
+    for t in (8.0, 30.0, 45.0):
+        assert loop.job_rate("b", t, t + 4.0) == pytest.approx(10 * B, rel=0.01)
+
+
 def test_the_loop_starts_even_and_moves_nothing_before_every_job_trained_a_batch():
     loop = ClosedLoop(16, LoopSettings(window_s=2.0))
     loop.target = {"a": 12, "b": 2, "c": 2}
