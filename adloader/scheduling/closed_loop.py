@@ -115,6 +115,8 @@ class _Job:
     resized_at: float = -math.inf
     clock: float | None = None  # its own clock at its last beat, rebuilt from its beats
     offset: float = math.inf  # the least (received − own clock) of its beats since then
+    timed: bool = False  # its beats come with their rates: counts timed at batch ends
+    reached: float = -math.inf  # when its last new count was reached (its beat's time)
 
 
 @dataclasses.dataclass
@@ -306,30 +308,43 @@ class ClosedLoop:
 
         The count is timed by the job's clock, not by when the beat arrived: a beat that
         waited for a busy core, in the job or here, lands late, and a count timed by its
-        arrival reads the rates around it wrong. The master's intervals tile its clock, each
-        as long as its samples over its rate, so the clock at each beat is rebuilt from the
-        beats (iterations × batch ÷ rate added beat by beat) and shifted onto this clock by
-        the least delay seen since (never after ``now``, never before the beat before). An
-        interval with no samples, a count that went back, or a beat whose delay so rebuilt
-        exceeds the least by more than ``CLOCK_SLACK_S`` (a batch the master counts larger
-        than the daemon was told: a clock that falls behind) starts the clock anew at the
-        beat's arrival; one that runs ahead is held to arrival by the least delay."""
+        arrival reads the rates around it wrong. The master ends each interval at its last
+        batch boundary and the next starts there, so the intervals tile its clock, each as
+        long as its samples over its rate: the clock when each count was reached is rebuilt
+        from the beats (iterations × batch ÷ rate, beat by beat) and shifted onto this
+        clock by the least delay seen since (never after ``now``): a window reads whole
+        batches at both ends. A beat with no batch since the one before is timed on arrival
+        (its count still holds) and leaves the clock where it was. A count that went back,
+        or one whose delay so rebuilt is off the least by more than ``CLOCK_SLACK_S`` and a
+        batch (a beat is read up to a batch after its count's end; more: a batch counted
+        otherwise than the daemon was told, a master started anew), starts the clock anew
+        at the arrival."""
         job = self.jobs.get(name)
         if job is None:
             return
         last = job.beats[-1] if job.beats else None
-        if last is not None and job.clock is not None and samples_per_s and iteration > last[1]:
-            clock = job.clock + (iteration - last[1]) * job.batch_size / samples_per_s
-            trusted = abs(now - clock - job.offset) <= CLOCK_SLACK_S
+        at = now
+        if last is not None and job.clock is not None and iteration == last[1]:
+            pass  # no batch since the beat before: the count holds now, the clock stays
+        elif last is not None and job.clock is not None and samples_per_s \
+                and iteration > last[1]:
+            batch_s = job.batch_size / samples_per_s  # a batch: how long a beat may trail one
+            clock = job.clock + (iteration - last[1]) * batch_s
+            trusted = abs(now - clock - job.offset) <= CLOCK_SLACK_S + batch_s
             job.clock = clock if trusted else None
+            if trusted:
+                job.offset = min(job.offset, now - clock)
+                at = min(now, clock + job.offset)
         else:
             job.clock = None
-        if job.clock is None:  # the clock anew: timed by arrival from here
+        if job.clock is None and samples_per_s is not None:  # anew: from this beat's arrival
             job.clock, job.offset = now, 0.0
-        job.offset = min(job.offset, now - job.clock)
-        at = min(now, job.clock + job.offset)
-        if last is not None:
+        job.timed = samples_per_s is not None
+        if last is not None and iteration == last[1]:
             at = max(at, last[0])
+        else:  # a new count: after the one before (a beat with none since, on arrival, may
+            at = max(at, job.reached)  # be later: it was timed by its delay)
+            job.reached = at
         job.beats.append((at, iteration))
         if applied and not job.applied:
             job.applied_at = now
@@ -343,12 +358,23 @@ class ClosedLoop:
 
     def job_rate(self, name: str, since: float, until: float) -> float | None:
         """Samples/s job ``name`` trained between its first and last beat in the window;
-        None when its beats cover less than half of it."""
+        None when its beats cover less than half of it. Where its counts are timed at their
+        batches' ends (``beat``), between the first and last count reached in the window
+        where it has two: a beat that found no new batch is timed on arrival, a part of a
+        batch after the count's end."""
         job = self.jobs[name]
-        inside = [(t, i) for t, i in job.beats if since <= t <= until]
-        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5 * (until - since):
+        inside, reached, before = [], [], None
+        for t, i in job.beats:
+            if since <= t <= until:
+                inside.append((t, i))
+                if job.timed and before is not None and i > before:
+                    reached.append((t, i))
+            before = i
+        if len(inside) < 2 or max(inside)[0] - min(inside)[0] < 0.5 * (until - since):
             return None
-        (ta, ia), (tb, ib) = inside[0], inside[-1]
+        covered = len(reached) >= 2 and reached[-1][0] - reached[0][0] >= 0.5 * (until - since)
+        ends = reached if covered else inside
+        (ta, ia), (tb, ib) = ends[0], ends[-1]
         return (ib - ia) * job.batch_size / (tb - ta)
 
     def recent_rate(self, name: str) -> float | None:

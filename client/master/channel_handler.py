@@ -19,8 +19,9 @@ class ChannelHandler:
 
     ``receive`` queues a command newer than the last applied for the next batch boundary; the
     first Stop also ends the process (``pid``: SIGTERM, then SIGKILL) if it is still there
-    after the Stop's grace. ``heartbeat`` reports the interval since the last heartbeat and
-    starts the next. ``silent`` and ``refused`` log that the job runs with its own workers.
+    after the Stop's grace. ``heartbeat`` reports the interval since the last heartbeat, to
+    the last batch boundary, and starts the next there. ``silent`` and ``refused`` log that
+    the job runs with its own workers.
     """
 
     def __init__(self, state: MasterState, *, job: str, endpoint: str | None, token: str,
@@ -60,11 +61,18 @@ class ChannelHandler:
                   f"running with {self._state.workers} workers")
 
     def heartbeat(self) -> Heartbeat:
-        """Means over the interval since the last heartbeat (rank 0's own numbers)."""
+        """Means over the interval since the last heartbeat (rank 0's own numbers).
+
+        The interval runs from one batch boundary to the last one before the beat (none in
+        it: it goes on from the last), so the intervals tile the job's clock and each count
+        is the count at a known boundary: the daemon rebuilds when each count was reached
+        from the rates (``ClosedLoop.beat``), whole batches with no part of one at either
+        end."""
         state = self._state
         with state.lock:
-            elapsed = time.monotonic() - state.since
             count = state.count
+            end = state.last_batch if count else state.since
+            elapsed = end - state.since
             beat = Heartbeat(
                 job=self._job, token=self._token, iteration=state.iteration,
                 step_s=state.step_sum / state.steps if state.steps else 0.0,
@@ -72,5 +80,5 @@ class ChannelHandler:
                 samples_per_s=state.samples / elapsed if elapsed > 0 else 0.0,
                 workers=state.workers, applied_seq=max(state.applied_seq, 0),
             )
-            state.reset_interval()
+            state.reset_interval(since=end)
         return beat

@@ -24,21 +24,24 @@ class MasterState:
         self.applied_seq = -1  # the last command applied (-1 before the Allocation)
         self.iteration = 0  # batches consumed, counting those before a resume_from
         self.paused = False
+        self.last_batch = time.monotonic()  # the last batch boundary's time
         self.reset_interval()
 
-    def reset_interval(self) -> None:
-        """Start a heartbeat interval (under ``lock`` once the channel's thread runs)."""
+    def reset_interval(self, since: float | None = None) -> None:
+        """Start a heartbeat interval at ``since`` (default: now; under ``lock`` once the
+        channel's thread runs)."""
         self.count = 0
         self.steps = 0  # boundaries with a measured step (the first of an epoch has none)
         self.step_sum = 0.0
         self.wait_sum = 0.0
         self.samples = 0
-        self.since = time.monotonic()
+        self.since = time.monotonic() if since is None else since
 
     def record(self, stats) -> None:
         """One batch boundary (a BatchStats): the iteration, its step, data wait and samples;
         the loader's workers, unless paused."""
         with self.lock:
+            self.last_batch = time.monotonic()
             self.iteration += 1
             self.count += 1
             step = float(stats.step_s or 0.0)

@@ -167,6 +167,42 @@ def test_a_count_is_timed_by_the_jobs_own_clock_rebuilt_from_its_beats_not_by_ar
             assert max(errors) > 0.05 and loop._floor() > 0.03
 
 
+@pytest.mark.parametrize("per_s, window_s", [(2.3, 8.0), (0.7, 30.0)])
+def test_counts_timed_at_their_batches_ends_read_whole_batches_with_no_quantum(per_s,
+                                                                               window_s):
+    """Slow jobs (2.3 batches/s; 0.7: most beats find no new batch) beat every second
+    mid-batch; each beat's count is the count when its last batch ended and its rate over
+    whole batches (the master's interval), and arrives 0–0.6 s late. Timed on arrival, a
+    half-window of ~10 batches reads ±1 batch (the floor several per cent); timed at the
+    batches' ends, every window and half reads the true rate."""
+    delays = np.random.default_rng(5).uniform(0.0, 0.6, 400)
+    starts = np.arange(10.0, 120.0 - window_s, window_s)
+    for timed in (False, True):
+        loop = ClosedLoop(16, LoopSettings(window_s=window_s))
+        loop.reset(0.0, dict.fromkeys("abc", B))
+        beats = []
+        for i, n in enumerate("abc"):
+            arrived, ended = 0.0, 0.0
+            for k in range(1, 130):
+                read = k + 0.1 * i
+                count = int(read * per_s)
+                end = count / per_s  # when the count's batch ended
+                new = count - int((read - 1) * per_s)
+                rate = B * new / (end - ended) if new else 0.0  # over whole batches
+                arrived = max(arrived, read + delays[3 * k + i])
+                beats.append((arrived, n, count, rate))
+                ended = end if new else ended
+        for now, n, count, rate in sorted(beats):
+            loop.beat(now, n, count, True, rate if timed else None)
+        for t in starts:
+            loop._spread(t, t + window_s, loop.node_rate(t, t + window_s))
+        errors = [abs(loop.node_rate(t, t + window_s) / (3 * per_s * B) - 1) for t in starts]
+        if timed:
+            assert max(errors) < 0.01 and loop._floor() < 0.01
+        else:
+            assert loop._floor() > 0.03
+
+
 def test_a_clock_that_cannot_be_rebuilt_is_never_trusted_past_the_slack():
     """Masters that count samples otherwise (job a's batches twice the size the daemon was
     told: its rebuilt clock runs at half speed; job c's half: twice as fast) and a stall
