@@ -291,6 +291,9 @@ class JobMaster:
         if isinstance(command, Allocation | Resize | Resume):
             state.target = command.workers
             if not state.paused or isinstance(command, Resume):
+                if state.paused:  # the next beat's interval starts now, not at the last
+                    with state.lock:  # batch before the pause: its rate is the job's
+                        state.reset_interval()
                 state.paused = False
                 self._resize(command.workers)
         state.applied_seq = command.seq

@@ -42,3 +42,26 @@ def test_a_beat_ends_its_interval_at_the_last_batch_and_the_next_starts_there(cl
     second = handler.heartbeat()
     # 100.8 → 102.3: the intervals tile the job's clock, one batch over 1.5 s
     assert second.iteration == 3 and second.samples_per_s == pytest.approx(32 / 1.5)
+
+
+def test_after_a_resume_the_interval_starts_at_the_resume_not_at_the_batch_before_the_pause(
+        clock):
+    from adloader.client.master.master import JobMaster
+    from adloader.protocol import Resume
+
+    class Loader:
+        def resize(self, workers: int) -> None:
+            self.workers = workers
+
+    master = JobMaster(Loader(), job="j", token="t", workers=1, log=lambda _line: None)
+    clock.t = 101.0
+    master._state.record(batch())
+    master._handler.heartbeat()
+    master._state.paused = True  # paused from 101 on (its workers released)
+    clock.t = 160.0
+    master._handler.receive(Resume(seq=0, workers=2))
+    master.apply_pending()
+    clock.t = 161.0
+    master._state.record(batch())
+    beat = master._handler.heartbeat()
+    assert beat.samples_per_s == pytest.approx(32 / 1.0)  # not 32 over the pause's 60 s
