@@ -114,8 +114,8 @@ class _Job:
     applied_at: float = 0.0
     resized_at: float = -math.inf
     clock: float | None = None  # its own clock at its last beat, rebuilt from its beats
+    # (None: its beats come with no rate, and its counts are timed on arrival)
     offset: float = math.inf  # the least (received − own clock) of its beats since then
-    timed: bool = False  # its beats come with their rates: counts timed at batch ends
     reached: float = -math.inf  # when its last new count was reached (its beat's time)
 
 
@@ -323,23 +323,7 @@ class ClosedLoop:
         if job is None:
             return
         last = job.beats[-1] if job.beats else None
-        at = now
-        if last is not None and job.clock is not None and iteration == last[1]:
-            pass  # no batch since the beat before: the count holds now, the clock stays
-        elif last is not None and job.clock is not None and samples_per_s \
-                and iteration > last[1]:
-            batch_s = job.batch_size / samples_per_s  # a batch: how long a beat may trail one
-            clock = job.clock + (iteration - last[1]) * batch_s
-            trusted = abs(now - clock - job.offset) <= CLOCK_SLACK_S + batch_s
-            job.clock = clock if trusted else None
-            if trusted:
-                job.offset = min(job.offset, now - clock)
-                at = min(now, clock + job.offset)
-        else:
-            job.clock = None
-        if job.clock is None and samples_per_s is not None:  # anew: from this beat's arrival
-            job.clock, job.offset = now, 0.0
-        job.timed = samples_per_s is not None
+        at = self._own_clock(job, now, iteration, last, samples_per_s)
         if last is not None and iteration == last[1]:
             at = max(at, last[0])
         else:  # a new count: after the one before (a beat with none since, on arrival, may
@@ -349,6 +333,26 @@ class ClosedLoop:
         if applied and not job.applied:
             job.applied_at = now
         job.applied = applied
+
+    @staticmethod
+    def _own_clock(job: _Job, now: float, iteration: int, last: tuple[float, int] | None,
+                   samples_per_s: float | None) -> float:
+        """When ``job``'s count ``iteration`` was reached, on this clock (``beat``); moves
+        the job's rebuilt clock on, or starts it anew at ``now``."""
+        if samples_per_s is None:
+            job.clock = None
+            return now
+        going = job.clock is not None and last is not None
+        if going and iteration == last[1]:  # no batch since the beat before: it holds now
+            return now
+        if going and iteration > last[1] and samples_per_s:
+            batch_s = job.batch_size / samples_per_s  # a batch: how long a beat may trail one
+            clock = job.clock + (iteration - last[1]) * batch_s
+            if abs(now - clock - job.offset) <= CLOCK_SLACK_S + batch_s:  # trusted
+                job.clock, job.offset = clock, min(job.offset, now - clock)
+                return min(now, clock + job.offset)
+        job.clock, job.offset = now, 0.0  # anew, from this beat's arrival
+        return now
 
     def resized(self, now: float, name: str) -> None:
         """The scheduler sent ``name`` a new count."""
@@ -367,7 +371,7 @@ class ClosedLoop:
         for t, i in job.beats:
             if since <= t <= until:
                 inside.append((t, i))
-                if job.timed and before is not None and i > before:
+                if job.clock is not None and before is not None and i > before:
                     reached.append((t, i))
             before = i
         if len(inside) < 2 or max(inside)[0] - min(inside)[0] < 0.5 * (until - since):
